@@ -1,0 +1,46 @@
+"""The Celery app: JSON only, acks after the work, bounded redelivery, one queue per shard."""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from crawler.settings import Settings
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def redis_url(settings: Settings | None = None) -> str:
+    return (settings or Settings.from_env()).redis_url or DEFAULT_REDIS_URL
+
+
+def make_app(settings: Settings | None = None) -> Celery:
+    settings = settings or Settings.from_env()
+    app = Celery("crawler", broker=redis_url(settings), include=["crawler.tasks"])
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        task_ignore_result=True,
+        # Ack after the work, and requeue when a child process dies mid-task (acks_late alone
+        # would ack it); redeliveries are capped in CrawlTask so a poison message cannot loop.
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        # A fetch can take seconds: do not let one worker hoard messages behind it.
+        worker_prefetch_multiplier=1,
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout},
+        task_time_limit=settings.task_time_limit,
+        task_soft_time_limit=max(1, settings.task_time_limit - 30),
+        task_default_queue="shard-0",
+        task_create_missing_queues=True,
+        broker_connection_retry_on_startup=True,
+        worker_send_task_events=True,
+        task_send_sent_event=False,
+        worker_hijack_root_logger=False,
+    )
+    from crawler.frontier.dispatcher import DispatcherStep
+
+    app.steps["worker"].add(DispatcherStep)
+    return app
+
+
+app = make_app()

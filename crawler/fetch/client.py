@@ -1,0 +1,197 @@
+"""Concurrent fetching of a batch of URLs with httpx's AsyncClient.
+
+``Fetcher.fetch_many(urls)`` is the seam: the pipeline and tests can plug in another one. The
+HTTP implementation follows redirects itself (each hop recorded, loops and chains past the cap
+named), reads at most ``max_body`` decoded bytes (so a compressed bomb stops while inflating),
+and puts one deadline over the whole request so a trickling server cannot hold a slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import ssl
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+from urllib.parse import urljoin
+
+import httpx
+
+from crawler import errors
+from crawler.urls import canonicalize
+
+
+@dataclass(frozen=True)
+class FetchConfig:
+    user_agent: str
+    connect_timeout: float = 5.0
+    read_timeout: float = 10.0
+    deadline: float = 30.0
+    max_redirects: int = 5
+    max_body: int = 5_000_000
+
+
+@dataclass
+class FetchResult:
+    url: str
+    final_url: str
+    status: int | None = None
+    http_version: str = "HTTP/1.1"
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    request_headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes = b""
+    error: str | None = None
+    fetched_at: float = 0.0
+    elapsed: float = 0.0
+    redirects: list[tuple[int, str]] = field(default_factory=list)  # (status, url) per hop
+
+    @property
+    def content_type(self) -> str:
+        for k, v in self.headers:
+            if k.lower() == "content-type":
+                return v
+        return ""
+
+    @property
+    def sha1(self) -> str:
+        return hashlib.sha1(self.body).hexdigest() if self.body else ""
+
+
+class Fetcher(Protocol):
+    async def fetch_many(self, urls: Sequence[str], config: FetchConfig) -> list[FetchResult]:
+        """One result per URL, in order; failures are results with ``error`` set, never raised."""
+        ...
+
+
+def status_error(status: int) -> str | None:
+    if status == 429:
+        return errors.HTTP429.reason
+    if status >= 500:
+        return errors.HTTP5xx.reason
+    if status >= 400:
+        return errors.HTTP4xx.reason
+    return None
+
+
+def map_exception(exc: BaseException) -> str:
+    """Translate a transport exception into a stable reason code."""
+    if isinstance(exc, errors.CrawlError):
+        return exc.reason
+    if isinstance(exc, (asyncio.TimeoutError, httpx.TimeoutException)):
+        return errors.TimeoutError_.reason
+    if isinstance(exc, httpx.ConnectError):
+        text = str(exc).lower()
+        if "name or service not known" in text or "nodename nor servname" in text or "name resolution" in text:
+            return errors.DNSError.reason
+        if isinstance(exc.__context__, ssl.SSLError) or "ssl" in text or "certificate" in text:
+            return errors.TLSError.reason
+        return errors.ConnectError.reason
+    if isinstance(exc, httpx.DecodingError):
+        return errors.Decode.reason
+    if isinstance(exc, (httpx.UnsupportedProtocol, httpx.InvalidURL)):
+        return errors.BadURL.reason
+    if isinstance(exc, httpx.ProtocolError):
+        return errors.ProtocolError.reason
+    if isinstance(exc, (httpx.NetworkError, OSError)):
+        return errors.ConnectError.reason
+    return "internal"
+
+
+class HttpFetcher:
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+
+    async def fetch_many(self, urls: Sequence[str], config: FetchConfig) -> list[FetchResult]:
+        return list(await asyncio.gather(*(self.fetch_one(u, config) for u in urls)))
+
+    async def fetch_one(self, url: str, config: FetchConfig) -> FetchResult:
+        result = FetchResult(url=url, final_url=url, fetched_at=time.time())
+        start = time.monotonic()
+        try:
+            async with asyncio.timeout(config.deadline):
+                await self._follow(result, config)
+        except Exception as exc:  # every failure becomes a named result, never a crashed batch
+            result.error = map_exception(exc)
+        result.elapsed = time.monotonic() - start
+        return result
+
+    async def _follow(self, result: FetchResult, config: FetchConfig) -> None:
+        timeout = httpx.Timeout(config.read_timeout, connect=config.connect_timeout)
+        seen = {result.url}
+        current = result.url
+        for _hop in range(config.max_redirects + 1):
+            request = self.client.build_request("GET", current, headers={"User-Agent": config.user_agent},
+                                                timeout=timeout)
+            response = await self.client.send(request, stream=True)
+            try:
+                location = response.headers.get("location") if response.is_redirect else None
+                if location is not None:
+                    nxt = canonicalize(urljoin(current, location.strip()))
+                    result.redirects.append((response.status_code, current))
+                    if nxt in seen:
+                        raise errors.RedirectLoop(f"{current} -> {nxt}")
+                    seen.add(nxt)
+                    current = nxt
+                    continue
+                result.final_url = current
+                result.status = response.status_code
+                result.http_version = response.http_version
+                result.request_headers = [(k.decode(), v.decode()) for k, v in request.headers.raw]
+                # The body is stored decoded, so the encoding headers no longer describe it.
+                result.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers.raw
+                                  if k.lower() not in (b"content-encoding", b"transfer-encoding", b"content-length")]
+                result.body, cut = await _read_capped(response, config.max_body)
+                result.error = errors.TooLarge.reason if cut else status_error(response.status_code)
+                return
+            finally:
+                await response.aclose()
+        result.final_url = current
+        raise errors.TooManyRedirects(f"more than {config.max_redirects} redirects")
+
+
+async def _read_capped(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        if size + len(chunk) > limit:
+            chunks.append(chunk[: limit - size])
+            return b"".join(chunks), True
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks), False
+
+
+def new_client() -> httpx.AsyncClient:
+    # trust_env=False: proxy variables from the environment must never redirect crawl traffic.
+    return httpx.AsyncClient(
+        follow_redirects=False, trust_env=False, http2=False,
+        limits=httpx.Limits(max_connections=512, max_keepalive_connections=128, keepalive_expiry=30),
+    )
+
+
+class _Runtime:
+    """One event loop and one HTTP client per process, kept across tasks so connections are
+    reused; rebuilt after a fork."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.fetcher = HttpFetcher(self.loop.run_until_complete(_make_client()))
+
+
+async def _make_client() -> httpx.AsyncClient:
+    return new_client()
+
+
+_runtime: _Runtime | None = None
+
+
+def fetch_batch(urls: Sequence[str], config: FetchConfig, fetcher: Fetcher | None = None) -> list[FetchResult]:
+    """Fetch URLs concurrently from synchronous code (a Celery task)."""
+    global _runtime
+    if _runtime is None or _runtime.pid != os.getpid():
+        _runtime = _Runtime()
+    return _runtime.loop.run_until_complete((fetcher or _runtime.fetcher).fetch_many(urls, config))

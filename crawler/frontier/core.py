@@ -1,0 +1,107 @@
+"""The frontier: per-host URL queues and leases in Redis, driven by the scripts in ``lua``.
+
+All politeness state lives here, not in workers: a host is handed out only when its delay has
+passed and its in-flight budget allows, and every URL handed out is leased until its page is
+stored, so a worker that dies loses nothing.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from redis import Redis
+
+from crawler.frontier import keys, lua
+from crawler.frontier.entry import Entry
+from crawler.sharding import shard_of_url
+from crawler.urls import host_key
+
+Lease = tuple[str, str]  # (url, token)
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    token: str
+    items: list[tuple[Entry, str]]  # (entry, host)
+    next_due: float | None  # when the shard's earliest waiting host is due, if any
+    saturated: bool = False  # the job's concurrency is spent: more is due than could go
+
+
+def new_token() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def _flat(leases: Iterable[Lease]) -> list[str]:
+    return [part for lease in leases for part in lease]
+
+
+class Frontier:
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+        self._admit = redis.register_script(lua.ADMIT)
+        self._dispatch = redis.register_script(lua.DISPATCH)
+        self._begin = redis.register_script(lua.BEGIN)
+        self._fetched = redis.register_script(lua.FETCHED)
+        self._release = redis.register_script(lua.RELEASE)
+        self._reap = redis.register_script(lua.REAP)
+
+    def admit(self, job: str, entries: Sequence[Entry], shards: int, *, token: str = "",
+              budget: int = 0, now: float | None = None) -> list[str]:
+        """Queue the entries whose canonical URL this job has not seen; return those URLs.
+
+        ``token`` names a link batch registered with ``expect``; a batch admitted once is
+        ignored when delivered again. ``budget`` caps the URLs a job ever admits (0: none).
+        """
+        args: list[str | int | float] = [keys.prefix(job), job, token, now or time.time(), budget]
+        for e in entries:
+            args += [e.url, host_key(e.url), shard_of_url(e.url, shards), e.encode()]
+        return [u.decode() for u in self._admit(args=args)]
+
+    def expect(self, job: str, tokens: Sequence[str]) -> None:
+        """Register link batches on their way to dedup, so the job is not done before them."""
+        if tokens:
+            self.redis.sadd(keys.prefix(job) + "pend", *tokens)
+
+    def dispatch(self, job: str, shard: int, *, max_urls: int, per_host: int, delay: float,
+                 lease_timeout: float, concurrency: int, now: float | None = None) -> Dispatched:
+        now = time.time() if now is None else now
+        token = new_token()
+        flat, nxt, slots = self._dispatch(args=[keys.prefix(job), job, shard, now, max_urls, per_host, delay,
+                                         now + lease_timeout, token, concurrency])
+        items = [(Entry.decode(flat[i]), flat[i + 1].decode()) for i in range(0, len(flat), 2)]
+        due = float(nxt) if nxt else None
+        return Dispatched(token, items, due if due is not None and due < lua.PARKED else None, int(slots) == 0)
+
+    def begin(self, job: str, leases: Sequence[Lease], lease_timeout: float) -> list[bool]:
+        """Which of these leases the caller still holds (a redelivered batch whose leases expired
+        and went to someone else must not fetch them again); renews those it holds."""
+        if not leases:
+            return []
+        res = self._begin(args=[keys.prefix(job), job, time.time() + lease_timeout, *_flat(leases)])
+        return [bool(r) for r in res]
+
+    def fetched(self, job: str, leases: Sequence[Lease], *, lease_timeout: float, delay: float,
+                pipe: object | None = None) -> None:
+        """The requests are over: free their hosts' slots (the host may go again after its
+        delay) and renew the leases until the pages are stored."""
+        if leases:
+            now = time.time()
+            self._fetched(args=[keys.prefix(job), job, now, now + lease_timeout, delay, *_flat(leases)],
+                          client=pipe or self.redis)
+
+    def release(self, job: str, leases: Sequence[Lease], *, delay: float) -> int:
+        """The pages are stored: end their leases. Returns how many this call ended."""
+        if not leases:
+            return 0
+        return int(self._release(args=[keys.prefix(job), job, time.time(), delay, *_flat(leases)]))
+
+    def reap(self, job: str, *, delay: float, now: float | None = None, limit: int = 1000) -> int:
+        """Return expired leases to the front of their host queues. Returns how many."""
+        return int(self._reap(args=[keys.prefix(job), job, now or time.time(), delay, limit]))
+
+    def queued(self, job: str, shard: int) -> int:
+        """Hosts waiting in a shard's ready set (for status and tests)."""
+        return int(self.redis.zcard(keys.ready(job, shard)))

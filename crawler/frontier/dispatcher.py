@@ -1,0 +1,127 @@
+"""The dispatcher: hands due hosts' URLs to fetch tasks, in batches, for the shards a worker
+serves. It runs as a thread in each worker's main process (a Celery bootstep), sleeps on a Redis
+list while nothing is due, and is woken when work arrives: nobody sleeps inside a task, and
+countdown/ETA messages are never used for politeness. Several dispatchers on one shard are safe:
+each dispatch is one atomic script.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis
+from celery import bootsteps
+
+from crawler import jobs
+from crawler.frontier import keys
+from crawler.frontier.core import Frontier
+from crawler.sharding import shard_of_queue
+
+log = logging.getLogger(__name__)
+
+SendFetch = Callable[[str, int, str, list[str]], None]  # (job, shard, token, entries)
+
+IDLE_WAIT = 1.0  # longest sleep: bounds how late a new job or an expired lease is noticed
+BUSY_WAIT = 0.05  # poll interval while a job's concurrency is spent
+LINGER = 0.005  # after a wake, let more completions arrive so batches fill
+REAP_EVERY = 1.0
+
+
+class Dispatcher:
+    def __init__(self, client: redis.Redis, shards: Sequence[int], send_fetch: SendFetch) -> None:
+        self.redis = client
+        self.frontier = Frontier(client)
+        self.shards = list(shards)
+        self.send_fetch = send_fetch
+        self._stop = threading.Event()
+        self._last_reap: dict[str, float] = {}
+
+    def tick(self, now: float | None = None) -> float:
+        """Dispatch everything due now; return how long to wait before the next tick."""
+        now = time.time() if now is None else now
+        wake_at = now + IDLE_WAIT
+        for job_id in jobs.active(self.redis):
+            try:
+                job = jobs.load(self.redis, job_id)
+            except KeyError:
+                continue
+            s = job.settings
+            if now - self._last_reap.get(job_id, 0.0) >= REAP_EVERY:
+                self._last_reap[job_id] = now
+                expired = self.frontier.reap(job_id, delay=s.delay, now=now)
+                if expired:
+                    log.warning("job %s: %d leases expired and went back to their host queues", job_id, expired)
+            for shard in self.shards:
+                if shard >= s.shards:
+                    continue
+                d = self.frontier.dispatch(job_id, shard, max_urls=s.concurrency, per_host=s.per_host,
+                                           delay=s.delay, lease_timeout=s.lease_timeout,
+                                           concurrency=s.concurrency, now=now)
+                entries = [e.encode() for e, _host in d.items]
+                for i in range(0, len(entries), s.fetch_batch):
+                    self.send_fetch(job_id, shard, d.token, entries[i : i + s.fetch_batch])
+                if d.saturated:
+                    wake_at = min(wake_at, now + BUSY_WAIT)
+                elif d.next_due is not None:
+                    wake_at = min(wake_at, d.next_due)
+        return max(0.0, wake_at - time.time())
+
+    def run(self) -> None:
+        wake_keys = [keys.wake(s) for s in self.shards]
+        while not self._stop.is_set():
+            try:
+                wait = self.tick()
+                if wait > 0 and self.redis.blpop(wake_keys, timeout=wait):
+                    time.sleep(LINGER)
+            except redis.RedisError as exc:
+                log.warning("dispatcher: redis unavailable (%s); retrying", exc)
+                self._stop.wait(1.0)
+            except Exception:  # a bad job must not stop dispatch for the others
+                log.exception("dispatcher tick failed")
+                self._stop.wait(1.0)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class DispatcherStep(bootsteps.StartStopStep):
+    """Starts a Dispatcher thread for the shard queues this worker consumes (``-Q shard-N``)."""
+
+    requires = {"celery.worker.components:Pool"}
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        super().__init__(worker, **kwargs)
+        self.dispatcher: Dispatcher | None = None
+        self.thread: threading.Thread | None = None
+
+    def start(self, worker: Any) -> None:
+        from crawler.app import redis_url
+        from crawler.tasks import fetch, send
+
+        names = list(worker.app.amqp.queues.consume_from)
+        shards = sorted({s for s in (shard_of_queue(n) for n in names) if s is not None})
+        if not shards:
+            log.warning("worker consumes no shard-N queue (%s): no dispatcher", names)
+            return
+
+        def send_fetch(job_id: str, shard: int, token: str, entries: list[str]) -> None:
+            send(fetch, shard, job_id, shard, token, entries)
+
+        client = redis.Redis.from_url(redis_url(), health_check_interval=30)
+        self.dispatcher = Dispatcher(client, shards, send_fetch)
+        self.thread = threading.Thread(target=self.dispatcher.run, name="crawler-dispatcher", daemon=True)
+        self.thread.start()
+        log.info("dispatcher started for shards %s", shards)
+
+    def stop(self, worker: Any) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.stop()
+        if self.thread is not None:
+            self.thread.join(timeout=IDLE_WAIT + 1)
+
+    def shutdown(self, worker: Any) -> None:
+        self.stop(worker)

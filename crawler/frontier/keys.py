@@ -1,0 +1,41 @@
+"""Redis key names, in one place. A job's keys share the hash tag ``{job}``."""
+
+from __future__ import annotations
+
+JOBS = "c:jobs"  # ids of jobs that may have work to dispatch
+
+
+def prefix(job: str) -> str:
+    return f"c:{{{job}}}:"
+
+
+def meta(job: str) -> str:
+    return prefix(job) + "meta"
+
+
+def counters(job: str) -> str:
+    return prefix(job) + "cnt"
+
+
+def seen(job: str) -> str:
+    return prefix(job) + "seen"
+
+
+def host_queue(job: str, host: str) -> str:
+    return prefix(job) + "q:" + host
+
+
+def ready(job: str, shard: int) -> str:
+    return prefix(job) + f"ready:{shard}"
+
+
+def body(job: str, token: str, index: int) -> str:
+    return prefix(job) + f"b:{token}:{index}"
+
+
+def delivery(task_id: str) -> str:
+    return f"c:deliv:{task_id}"
+
+
+def wake(shard: int) -> str:
+    return f"c:wake:{shard}"

@@ -1,0 +1,237 @@
+"""Lua scripts of the frontier. Each runs atomically in Redis, so a URL is admitted once,
+leased once, and returned exactly once, whatever number of workers run them at the same time.
+
+Conventions: ARGV[1] is the job's key prefix (``c:{job}:``) and ARGV[2] the job id. A lease is
+the hash field ``lease[url] = "token stage shard host entry"``, stage ``f`` while fetching and
+``d`` once fetched; ``lexp`` holds its expiry. A host is in its shard's ``ready`` zset while it
+has queued URLs, scored by when it may next be fetched, or PARKED while its in-flight budget is
+spent. ``cnt.open`` counts URLs admitted and not yet stored; ``pend`` holds the tokens of link
+batches on their way to dedup. A job is done when both are empty.
+"""
+
+from __future__ import annotations
+
+PARKED = 1e12
+
+_HELPERS = f"""
+local P = ARGV[1]
+local PARKED = {PARKED:.0f}
+local function wake(shard)
+  redis.call('LPUSH', 'c:wake:' .. shard, '1')
+  redis.call('LTRIM', 'c:wake:' .. shard, 0, 0)
+end
+local function host_delay(host, default)
+  return tonumber(redis.call('HGET', P .. 'delay', host) or default)
+end
+-- A host with queued URLs becomes due at t, unless it is already scheduled (due or waiting out
+-- its delay). A parked host is left parked only when ``keep_parked`` is set.
+local function schedule(host, shard, t, keep_parked)
+  if redis.call('LLEN', P .. 'q:' .. host) == 0 then return end
+  local key = P .. 'ready:' .. shard
+  local s = redis.call('ZSCORE', key, host)
+  if (not s) or ((not keep_parked) and tonumber(s) >= PARKED) then
+    redis.call('ZADD', key, t, host)
+    wake(shard)
+  end
+end
+-- One request to host finished or was abandoned: free its slot and let the host go again
+-- after its delay.
+local function release_slot(host, shard, now, default_delay)
+  local left = redis.call('HINCRBY', P .. 'inf', host, -1)
+  if left <= 0 then redis.call('HDEL', P .. 'inf', host) end
+  redis.call('HINCRBY', P .. 'cnt', 'inflight', -1)
+  schedule(host, shard, now + host_delay(host, default_delay), false)
+end
+local function done_check(now)
+  local open = tonumber(redis.call('HGET', P .. 'cnt', 'open') or '0')
+  if open <= 0 and redis.call('SCARD', P .. 'pend') == 0
+      and redis.call('HGET', P .. 'meta', 'status') == 'running' then
+    redis.call('HSET', P .. 'meta', 'status', 'done', 'finished_at', now)
+    redis.call('SREM', 'c:jobs', ARGV[2])
+  end
+end
+local function parse_lease(l)
+  return string.match(l, '^(%S+) (%S+) (%S+) (%S+) (.*)$')
+end
+"""
+
+# ARGV: prefix, job, token, now, budget, then (url, host, shard, entry) per candidate.
+ADMIT = _HELPERS + """
+local token, now, budget = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+if token ~= '' and redis.call('SREM', P .. 'pend', token) == 0 then
+  return {}  -- this link batch was admitted before: a redelivery
+end
+local status = redis.call('HGET', P .. 'meta', 'status')
+if status ~= 'running' and status ~= 'paused' then
+  done_check(now)
+  return {}
+end
+local cnt = P .. 'cnt'
+local admitted = tonumber(redis.call('HGET', cnt, 'admitted') or '0')
+local new, dup, over = {}, 0, 0
+for i = 6, #ARGV, 4 do
+  local url = ARGV[i]
+  if redis.call('SADD', P .. 'seen', url) == 1 then
+    if budget > 0 and admitted >= budget then
+      over = over + 1
+    else
+      admitted = admitted + 1
+      redis.call('RPUSH', P .. 'q:' .. ARGV[i + 1], ARGV[i + 3])
+      schedule(ARGV[i + 1], ARGV[i + 2], now, true)
+      new[#new + 1] = url
+    end
+  else
+    dup = dup + 1
+  end
+end
+redis.call('HSET', cnt, 'admitted', admitted)
+if #new > 0 then redis.call('HINCRBY', cnt, 'open', #new) end
+if dup > 0 then redis.call('HINCRBY', cnt, 'duplicates', dup) end
+if over > 0 then redis.call('HINCRBY', cnt, 'dropped_max_pages', over) end
+done_check(now)
+return new
+"""
+
+# ARGV: prefix, job, shard, now, max_urls, per_host, delay, lease_deadline, token, concurrency.
+# Returns {entries and hosts interleaved, next due time or '', free slots left (-1: not running)}.
+DISPATCH = _HELPERS + """
+local shard, now = ARGV[3], tonumber(ARGV[4])
+local max_urls, per_host, delay = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local deadline, token, concurrency = ARGV[8], ARGV[9], tonumber(ARGV[10])
+local rkey = P .. 'ready:' .. shard
+local out = {}
+local slots = -1
+if redis.call('HGET', P .. 'meta', 'status') == 'running' then
+  local cnt = P .. 'cnt'
+  slots = math.min(max_urls, concurrency - tonumber(redis.call('HGET', cnt, 'inflight') or '0'))
+  local total = 0
+  if slots > 0 then
+    local hosts = redis.call('ZRANGEBYSCORE', rkey, '-inf', now, 'LIMIT', 0, slots)
+    for _, host in ipairs(hosts) do
+      if slots <= 0 then break end
+      local qkey = P .. 'q:' .. host
+      local inf = tonumber(redis.call('HGET', P .. 'inf', host) or '0')
+      local hdelay = host_delay(host, delay)
+      local take = math.min(per_host - inf, slots)
+      -- With a delay, requests to one host start one at a time, ``delay`` apart.
+      if hdelay > 0 and take > 1 then take = 1 end
+      local got = 0
+      while got < take do
+        local e = redis.call('LPOP', qkey)
+        if not e then break end
+        local url = string.match(e, '^%S+ %S+ (%S+)')
+        redis.call('HSET', P .. 'lease', url, token .. ' f ' .. shard .. ' ' .. host .. ' ' .. e)
+        redis.call('ZADD', P .. 'lexp', deadline, url)
+        out[#out + 1] = e
+        out[#out + 1] = host
+        got = got + 1
+      end
+      slots = slots - got
+      total = total + got
+      inf = inf + got
+      if got > 0 then redis.call('HSET', P .. 'inf', host, inf) end
+      if redis.call('LLEN', qkey) == 0 then
+        redis.call('ZREM', rkey, host)
+      elseif inf >= per_host then
+        redis.call('ZADD', rkey, PARKED, host)
+      else
+        redis.call('ZADD', rkey, now + hdelay, host)
+      end
+    end
+  end
+  if total > 0 then
+    redis.call('HINCRBY', cnt, 'inflight', total)
+    redis.call('HINCRBY', cnt, 'dispatched', total)
+  end
+end
+local first = redis.call('ZRANGE', rkey, 0, 0, 'WITHSCORES')
+local nxt = ''
+if #first > 0 then nxt = first[2] end
+return {out, nxt, slots}
+"""
+
+# ARGV: prefix, job, lease_deadline, then (url, token) pairs. Returns 1/0 per pair: whether
+# this holder still owns the lease and should fetch.
+BEGIN = _HELPERS + """
+local res = {}
+for i = 4, #ARGV, 2 do
+  local l = redis.call('HGET', P .. 'lease', ARGV[i])
+  local ok = 0
+  if l then
+    local t, st = parse_lease(l)
+    if t == ARGV[i + 1] and st == 'f' then
+      redis.call('ZADD', P .. 'lexp', ARGV[3], ARGV[i])
+      ok = 1
+    end
+  end
+  res[#res + 1] = ok
+end
+return res
+"""
+
+# ARGV: prefix, job, now, lease_deadline, delay, then (url, token) pairs.
+FETCHED = _HELPERS + """
+local now, deadline, delay = tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local n = 0
+for i = 6, #ARGV, 2 do
+  local url = ARGV[i]
+  local l = redis.call('HGET', P .. 'lease', url)
+  if l then
+    local t, st, shard, host, e = parse_lease(l)
+    if t == ARGV[i + 1] and st == 'f' then
+      redis.call('HSET', P .. 'lease', url, t .. ' d ' .. shard .. ' ' .. host .. ' ' .. e)
+      redis.call('ZADD', P .. 'lexp', deadline, url)
+      release_slot(host, shard, now, delay)
+      n = n + 1
+    end
+  end
+end
+return n
+"""
+
+# ARGV: prefix, job, now, delay, then (url, token) pairs. Ends leases whose page is stored.
+RELEASE = _HELPERS + """
+local now, delay = tonumber(ARGV[3]), ARGV[4]
+local n = 0
+for i = 5, #ARGV, 2 do
+  local url = ARGV[i]
+  local l = redis.call('HGET', P .. 'lease', url)
+  if l then
+    local t, st, shard, host = parse_lease(l)
+    if t == ARGV[i + 1] then
+      if st == 'f' then release_slot(host, shard, now, delay) end
+      redis.call('HDEL', P .. 'lease', url)
+      redis.call('ZREM', P .. 'lexp', url)
+      n = n + 1
+    end
+  end
+end
+if n > 0 then
+  redis.call('HINCRBY', P .. 'cnt', 'open', -n)
+  redis.call('HINCRBY', P .. 'cnt', 'stored', n)
+end
+done_check(now)
+return n
+"""
+
+# ARGV: prefix, job, now, delay, limit. Expired leases go back to the front of their host queue.
+REAP = _HELPERS + """
+local now, delay = tonumber(ARGV[3]), ARGV[4]
+local urls = redis.call('ZRANGEBYSCORE', P .. 'lexp', '-inf', now, 'LIMIT', 0, tonumber(ARGV[5]))
+for _, url in ipairs(urls) do
+  local l = redis.call('HGET', P .. 'lease', url)
+  if l then
+    local t, st, shard, host, e = parse_lease(l)
+    redis.call('LPUSH', P .. 'q:' .. host, e)
+    redis.call('HDEL', P .. 'lease', url)
+    if st == 'f' then
+      release_slot(host, shard, now, delay)
+    else
+      schedule(host, shard, now, false)
+    end
+  end
+  redis.call('ZREM', P .. 'lexp', url)
+end
+if #urls > 0 then redis.call('HINCRBY', P .. 'cnt', 'lease_expired', #urls) end
+return #urls
+"""

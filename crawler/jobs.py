@@ -1,0 +1,103 @@
+"""Jobs: submission, settings every worker applies, status and counters, all in Redis."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from redis import Redis
+
+from crawler.errors import BadURL
+from crawler.frontier import Entry, Frontier, keys
+from crawler.settings import Settings
+from crawler.urls import canonicalize, domain_of
+
+RUNNING, DONE, STOPPED = "running", "done", "stopped"
+FINISHED = (DONE, STOPPED)
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    settings: Settings
+    allowed: frozenset[str]
+
+
+def new_job_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | None = None) -> str:
+    """Create a job and admit its seeds. Raises BadURL naming the first seed that is not a
+    fetchable URL, before anything is written."""
+    canon = []
+    for seed in seeds:
+        try:
+            canon.append(canonicalize(seed, settings.max_url_length))
+        except BadURL as exc:
+            raise BadURL(f"seed {seed!r}: {exc}") from exc
+    if not canon:
+        raise BadURL("no seeds given")
+    job_id = job_id or new_job_id()
+    job_settings = settings.job_settings()
+    job_settings["allow_domains"] = sorted(settings.allow_domains or {domain_of(u) for u in canon})
+    redis.hset(keys.meta(job_id), mapping={
+        "id": job_id, "status": RUNNING, "created_at": time.time(),
+        "settings": json.dumps(job_settings), "seeds": json.dumps(canon),
+    })
+    redis.sadd(keys.JOBS, job_id)
+    Frontier(redis).admit(job_id, [Entry(u) for u in dict.fromkeys(canon)], settings.shards,
+                          budget=settings.max_pages)
+    return job_id
+
+
+_cache: dict[str, tuple[float, Job]] = {}
+
+
+def load(redis: Redis, job_id: str, *, max_age: float = 5.0) -> Job:
+    """The job's settings as its submitter set them, cached briefly in each process."""
+    hit = _cache.get(job_id)
+    if hit and time.monotonic() - hit[0] < max_age:
+        return hit[1]
+    raw = redis.hget(keys.meta(job_id), "settings")
+    if raw is None:
+        raise KeyError(f"no such job: {job_id}")
+    values = json.loads(raw)
+    job = Job(job_id, Settings.from_env(**values), frozenset(values["allow_domains"]))
+    _cache[job_id] = (time.monotonic(), job)
+    return job
+
+
+def status(redis: Redis, job_id: str) -> dict[str, Any]:
+    """Meta fields and counters of a job; KeyError if there is no such job."""
+    pipe = redis.pipeline(transaction=False)
+    pipe.hgetall(keys.meta(job_id))
+    pipe.hgetall(keys.counters(job_id))
+    meta, cnt = pipe.execute()
+    if not meta:
+        raise KeyError(f"no such job: {job_id}")
+    out: dict[str, Any] = {k.decode(): v.decode() for k, v in meta.items()}
+    out["counters"] = {k.decode(): int(v) for k, v in sorted(cnt.items())}
+    return out
+
+
+def stop(redis: Redis, job_id: str) -> None:
+    """Dispatch nothing more for the job; what is in flight still finishes and is stored."""
+    pipe = redis.pipeline()
+    pipe.hset(keys.meta(job_id), mapping={"status": STOPPED, "finished_at": time.time()})
+    pipe.srem(keys.JOBS, job_id)
+    pipe.execute()
+
+
+def count(redis: Redis | Any, job_id: str, **deltas: int) -> None:
+    """Add to a job's counters (``redis`` may be a pipeline)."""
+    for name, delta in deltas.items():
+        if delta:
+            redis.hincrby(keys.counters(job_id), name, delta)
+
+
+def active(redis: Redis) -> list[str]:
+    return sorted(m.decode() for m in redis.smembers(keys.JOBS))

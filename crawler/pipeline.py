@@ -1,0 +1,208 @@
+"""The four stages as plain functions. Celery tasks (``crawler.tasks``) only decode messages,
+call these and send what they return on; tests call these directly.
+
+Each stage is idempotent, because with acks_late any of them may run twice:
+fetch skips URLs whose lease it no longer holds, dedup admits each link batch once (by token),
+store skips records whose fetch id is already stored, and leases end once.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis import Redis
+
+from crawler import jobs
+from crawler.errors import BadURL
+from crawler.fetch import FetchConfig, Fetcher, fetch_batch
+from crawler.frontier import Entry, Frontier, keys
+from crawler.jobs import Job
+from crawler.parse import is_html, parse_html
+from crawler.sharding import shard_of_url
+from crawler.store import PageRecord, Store, open_store
+from crawler.store.warc import WarcFiles
+from crawler.urls import canonicalize, domain_of
+
+# How long a fetched body may wait in Redis for parse and store: past any lease.
+BODY_TTL = 3600
+
+Page = dict[str, Any]  # a fetched page as it travels in messages (no body: that is in Redis)
+Link = list[Any]  # [url, depth, referrer]
+
+
+@dataclass
+class Context:
+    """Per-process resources, opened once and reused across tasks."""
+
+    redis: Redis
+    node: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    fetcher: Fetcher | None = None  # None: the process-wide httpx client
+    _stores: dict[str, Store] = field(default_factory=dict)
+    _warcs: dict[str, WarcFiles] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.frontier = Frontier(self.redis)
+
+    def store(self, url: str) -> Store:
+        s = self._stores.get(url)
+        if s is None:
+            s = self._stores[url] = open_store(url)
+        return s
+
+    def warc(self, directory: str, max_size: int) -> WarcFiles:
+        w = self._warcs.get(directory)
+        if w is None:
+            w = self._warcs[directory] = WarcFiles(directory, max_size)
+        return w
+
+    def close(self) -> None:
+        for s in self._stores.values():
+            s.close()
+        for w in self._warcs.values():
+            w.close()
+
+
+def fetch_config(job: Job) -> FetchConfig:
+    s = job.settings
+    return FetchConfig(user_agent=s.user_agent, connect_timeout=s.connect_timeout, read_timeout=s.read_timeout,
+                       deadline=s.request_deadline, max_redirects=s.max_redirects, max_body=s.max_body)
+
+
+def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) -> list[Page]:
+    """Fetch the leased entries concurrently; bodies go to Redis under keys with a TTL."""
+    s = job.settings
+    entries = [Entry.decode(e) for e in raw_entries]
+    held = ctx.frontier.begin(job.id, [(e.url, token) for e in entries], s.lease_timeout)
+    todo = [e for e, ok in zip(entries, held) if ok]
+    if len(todo) < len(entries):
+        jobs.count(ctx.redis, job.id, stale_leases=len(entries) - len(todo))
+    if not todo:
+        return []
+    results = fetch_batch([e.url for e in todo], fetch_config(job), ctx.fetcher)
+    pipe = ctx.redis.pipeline(transaction=False)
+    pages: list[Page] = []
+    nbytes = failed = 0
+    for i, (e, r) in enumerate(zip(todo, results)):
+        body_key = ""
+        if r.body:
+            body_key = keys.body(job.id, token, i)
+            pipe.set(body_key, r.body, ex=BODY_TTL)
+        nbytes += len(r.body)
+        failed += r.error is not None
+        if r.error:
+            pipe.hincrby(keys.counters(job.id), f"error:{r.error}", 1)
+        pages.append({
+            "url": e.url, "depth": e.depth, "referrer": e.referrer, "final_url": r.final_url,
+            "status": r.status, "http_version": r.http_version, "headers": r.headers,
+            "request_headers": r.request_headers, "error": r.error, "fetched_at": r.fetched_at,
+            "elapsed": round(r.elapsed, 4), "redirects": r.redirects, "body_key": body_key,
+            "content_length": len(r.body), "content_sha1": r.sha1, "content_type": r.content_type,
+            "fetched_by": ctx.node,
+        })
+    jobs.count(pipe, job.id, fetched=len(todo), failed=failed, bytes=nbytes)
+    ctx.frontier.fetched(job.id, [(e.url, token) for e in todo], lease_timeout=s.lease_timeout,
+                         delay=s.delay, pipe=pipe)
+    pipe.execute()
+    return pages
+
+
+def parse_stage(ctx: Context, job: Job, token: str, pages: list[Page]) -> tuple[list[Page], dict[int, list[Link]]]:
+    """Parse HTML pages; return the pages annotated for the store, and the links to follow
+    grouped by the shard that owns their domain. Link batches are registered with the
+    frontier (``expect``) before the caller sends them, so the job cannot end before them."""
+    s = job.settings
+    want = [p for p in pages if p["body_key"] and p["status"] == 200 and is_html(p["content_type"])]
+    bodies = ctx.redis.mget([p["body_key"] for p in want]) if want else []
+    batches: dict[int, list[Link]] = defaultdict(list)
+    skipped = out_of_scope = 0
+    for page, body in zip(want, bodies):
+        if body is None:
+            continue  # the body expired: the lease will have expired too and the URL comes back
+        parsed = parse_html(page["final_url"], body, page["content_type"])
+        page.update(title=parsed.title, canonical=parsed.canonical, noindex=parsed.noindex,
+                    outlinks=parsed.links)
+        skipped += parsed.skipped_links
+        child_depth = page["depth"] + 1
+        if parsed.nofollow or (s.max_depth and child_depth > s.max_depth):
+            continue
+        for link in parsed.links:
+            try:
+                if job.allowed and domain_of(link) not in job.allowed:
+                    out_of_scope += 1
+                    continue
+                target = shard_of_url(link, s.shards)
+            except ValueError:
+                skipped += 1
+                continue
+            batches[target].append([link, child_depth, page["url"]])
+    jobs.count(ctx.redis, job.id, parsed=len(want), links_skipped=skipped, links_out_of_scope=out_of_scope)
+    ctx.frontier.expect(job.id, [link_token(token, shard) for shard in batches])
+    return pages, dict(batches)
+
+
+def link_token(token: str, shard: int) -> str:
+    """Deterministic, so a redelivered parse re-sends batches that dedup recognises."""
+    return f"{token}:{shard}"
+
+
+def dedup_stage(ctx: Context, job: Job, token: str, links: Sequence[Link]) -> list[str]:
+    """Canonicalise links and admit the ones this job has not seen; return those URLs."""
+    s = job.settings
+    best: dict[str, Entry] = {}
+    bad = 0
+    for url, depth, referrer in links:
+        try:
+            canon = canonicalize(url, s.max_url_length)
+        except BadURL:
+            bad += 1
+            continue
+        prev = best.get(canon)
+        if prev is None or depth < prev.depth:
+            best[canon] = Entry(canon, depth, referrer)
+    if bad:
+        jobs.count(ctx.redis, job.id, bad_url=bad)
+    return ctx.frontier.admit(job.id, list(best.values()), s.shards, token=token, budget=s.max_pages)
+
+
+def store_stage(ctx: Context, job: Job, token: str, pages: list[Page]) -> int:
+    """Write rows (and WARC records for new ones), then end the leases. Returns rows written."""
+    s = job.settings
+    store = ctx.store(s.store)
+    records = [to_record(job.id, token, ctx.node, p) for p in pages]
+    by_url = {p["url"]: p for p in pages}
+    warc_dir = s.warc_dir
+    written: list[PageRecord] = []
+
+    def archive(new: list[PageRecord]) -> None:
+        if not warc_dir:
+            return
+        want = [r for r in new if by_url[r.url]["body_key"] or r.status is not None]
+        bodies = ctx.redis.mget([by_url[r.url]["body_key"] or "-" for r in want]) if want else []
+        warc = ctx.warc(warc_dir, s.warc_max_size)
+        for r, body in zip(want, bodies):
+            p = by_url[r.url]
+            warc.write(r, http_version=p["http_version"], request_headers=p["request_headers"],
+                       response_headers=p["headers"], body=body or b"")
+        warc.flush()
+
+    written = store.put(records, before_commit=archive)
+    ctx.frontier.release(job.id, [(p["url"], token) for p in pages], delay=s.delay)
+    body_keys = [p["body_key"] for p in pages if p["body_key"]]
+    if body_keys:
+        ctx.redis.unlink(*body_keys)
+    return len(written)
+
+
+def to_record(job_id: str, token: str, node: str, p: Page) -> PageRecord:
+    return PageRecord(
+        url=p["url"], job_id=job_id, fetch_id=token, final_url=p["final_url"], status=p["status"],
+        content_type=p["content_type"], title=p.get("title", ""), depth=p["depth"], referrer=p["referrer"],
+        fetched_at=p["fetched_at"], content_length=p["content_length"], content_sha1=p["content_sha1"],
+        outlinks=p.get("outlinks", []), error=p["error"], fetched_by=p.get("fetched_by", node), redirects=p["redirects"],
+        canonical=p.get("canonical"), noindex=bool(p.get("noindex")),
+    )

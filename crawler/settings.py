@@ -1,0 +1,105 @@
+"""One settings object: documented defaults < environment ``CRAWLER_<NAME>`` < CLI flags.
+
+Every field has a default and a one-line doc (the ``doc`` metadata); the README's settings table
+is generated from this module (``python -m crawler.settings``) and a test checks they agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+def _s(default: Any, doc: str, *, job: bool = False) -> Any:
+    # ``job`` marks settings that travel with a submitted job, so every worker applies the
+    # submitter's values rather than its own environment.
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"doc": doc, "job": job})
+    return field(default=default, metadata={"doc": doc, "job": job})
+
+
+@dataclass
+class Settings:
+    redis_url: str = _s("", "Redis for broker, frontier and counters; empty: `crawler crawl` starts a private one, workers use redis://127.0.0.1:6379/0")
+    shards: int = _s(4, "Number of shards (queues shard-0 .. shard-N-1)", job=True)
+    max_pages: int = _s(0, "Stop admitting URLs after this many (0: no limit)", job=True)
+    max_depth: int = _s(0, "Follow links at most this many hops from a seed (0: no limit)", job=True)
+    delay: float = _s(0.0, "Seconds between the end of one request to a host and the start of the next", job=True)
+    per_host: int = _s(1, "Requests in flight per host at most", job=True)
+    concurrency: int = _s(64, "Requests in flight per job at most, over all hosts and shards", job=True)
+    allow_domains: list = _s([], "Registered domains in scope (empty: the seeds' own)", job=True)
+    user_agent: str = _s("crawler/0.1 (+https://example.invalid/bot)", "User-Agent header sent with every request", job=True)
+    fetch_batch: int = _s(32, "URLs per fetch task at most", job=True)
+    connect_timeout: float = _s(5.0, "Seconds to open a connection", job=True)
+    read_timeout: float = _s(10.0, "Seconds to wait for each read", job=True)
+    request_deadline: float = _s(30.0, "Seconds for a whole request including redirects and body", job=True)
+    max_redirects: int = _s(5, "Redirect hops followed at most", job=True)
+    max_body: int = _s(5_000_000, "Bytes of body kept at most; longer bodies are cut and recorded `too_large`", job=True)
+    max_url_length: int = _s(2048, "Longer URLs are dropped as `bad_url`", job=True)
+    lease_timeout: float = _s(60.0, "Seconds a dispatched URL may stay unstored before it returns to its host queue")
+    visibility_timeout: int = _s(600, "Seconds before Redis redelivers an unacknowledged task (longer than any task)")
+    task_time_limit: int = _s(300, "Hard time limit of one task, seconds (shorter than the visibility timeout)")
+    max_redeliveries: int = _s(3, "Deliveries of one task message before it is dropped and counted `poison`")
+    warc_max_size: int = _s(1_000_000_000, "Bytes per WARC file before a new one is started")
+    store: str = _s("", "Store URL, e.g. sqlite:///out/crawl.db (default for `crawl`: DIR/crawl.db)", job=True)
+    warc_dir: str = _s("", "Directory for WARC files (default: next to an SQLite store, in warc/)", job=True)
+    workers: int = _s(2, "Worker processes `crawler crawl` starts")
+    progress_interval: float = _s(2.0, "Seconds between progress log lines when not on a terminal")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Defaults, then ``CRAWLER_<NAME>`` variables, then non-None ``overrides``."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(f"CRAWLER_{f.name.upper()}")
+            if raw is not None:
+                values[f.name] = _parse(f, raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values).validated()
+
+    def validated(self) -> Settings:
+        for name in ("shards", "per_host", "concurrency", "fetch_batch"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"setting {name} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_pages", "max_depth", "delay", "max_redirects", "max_body"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"setting {name} must be >= 0, got {getattr(self, name)}")
+        if self.task_time_limit >= self.visibility_timeout:
+            raise ValueError("task_time_limit must be shorter than visibility_timeout, or Redis redelivers running tasks")
+        return self
+
+    def job_settings(self) -> dict[str, Any]:
+        """The settings that travel with a job to every worker."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.metadata["job"]}
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes).validated()
+
+
+def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
+    kind = type(f.default) if f.default is not dataclasses.MISSING else list
+    try:
+        if kind is bool:
+            return raw.strip().lower() in ("1", "true", "yes", "on")
+        if kind is list:
+            return [p.strip() for p in raw.split(",") if p.strip()]
+        return kind(raw)
+    except ValueError as exc:
+        raise ValueError(f"CRAWLER_{f.name.upper()}={raw!r}: expected {kind.__name__}") from exc
+
+
+def settings_table() -> str:
+    """The README's settings table, generated so the two cannot drift apart."""
+    rows = ["| setting | env | default | meaning |", "|---|---|---|---|"]
+    for f in fields(Settings):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        rows.append(f"| `{f.name}` | `CRAWLER_{f.name.upper()}` | `{default!r}` | {f.metadata['doc']} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(settings_table())

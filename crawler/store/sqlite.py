@@ -1,0 +1,103 @@
+"""SQLite store: one file, WAL, safe for several worker processes writing at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from crawler.store.base import COLUMNS, JSON_COLUMNS, BeforeCommit, PageRecord
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS pages (
+    id INTEGER PRIMARY KEY,
+    url TEXT NOT NULL UNIQUE,
+    job_id TEXT NOT NULL,
+    fetch_id TEXT NOT NULL,
+    final_url TEXT,
+    status INTEGER,
+    content_type TEXT,
+    title TEXT,
+    depth INTEGER,
+    referrer TEXT,
+    fetched_at REAL,
+    content_length INTEGER,
+    content_sha1 TEXT,
+    outlinks TEXT,
+    error TEXT,
+    fetched_by TEXT,
+    redirects TEXT,
+    canonical TEXT,
+    noindex INTEGER
+);
+CREATE INDEX IF NOT EXISTS pages_job ON pages (job_id);
+"""
+
+_INSERT = (
+    f"INSERT INTO pages ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)}) "
+    f"ON CONFLICT(url) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in COLUMNS if c != 'url')}"
+)
+
+
+def _row(rec: PageRecord) -> tuple[Any, ...]:
+    d = rec.to_dict()
+    for c in JSON_COLUMNS:
+        d[c] = json.dumps(d[c])
+    d["noindex"] = int(d["noindex"])
+    return tuple(d[c] for c in COLUMNS)
+
+
+class SQLiteStore:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        # isolation_level=None: transactions are explicit, BEGIN IMMEDIATE takes the write lock
+        # up front so two workers never deadlock upgrading a read lock.
+        self.conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.execute("PRAGMA busy_timeout=60000")
+        self.conn.executescript(SCHEMA)
+
+    def put(self, records: Sequence[PageRecord], before_commit: BeforeCommit | None = None) -> list[PageRecord]:
+        if not records:
+            return []
+        cur = self.conn.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            stored: dict[str, str] = {}
+            urls = [r.url for r in records]
+            for i in range(0, len(urls), 500):
+                chunk = urls[i : i + 500]
+                q = f"SELECT url, fetch_id FROM pages WHERE url IN ({','.join('?' * len(chunk))})"
+                stored.update(cur.execute(q, chunk).fetchall())
+            new = [r for r in records if stored.get(r.url) != r.fetch_id]
+            if new:
+                if before_commit is not None:
+                    before_commit(new)
+                cur.executemany(_INSERT, [_row(r) for r in new])
+            cur.execute("COMMIT")
+            return new
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+
+    def pages(self, job_id: str | None = None) -> Iterator[dict[str, Any]]:
+        conn = sqlite3.connect(self.path, timeout=60)
+        conn.row_factory = sqlite3.Row
+        try:
+            q = "SELECT * FROM pages" + (" WHERE job_id = ?" if job_id else "") + " ORDER BY id"
+            for row in conn.execute(q, (job_id,) if job_id else ()):
+                d = dict(row)
+                for c in JSON_COLUMNS:
+                    d[c] = json.loads(d[c]) if d[c] else []
+                d["noindex"] = bool(d["noindex"])
+                yield d
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self.conn.close()

@@ -1,0 +1,91 @@
+"""The four Celery tasks: thin glue that decodes a message, calls ``crawler.pipeline`` and
+routes what comes back to the queue of the shard that owns it."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from celery import Task
+from redis import Redis
+
+from crawler import jobs, pipeline
+from crawler.app import app, redis_url
+from crawler.frontier import keys
+from crawler.settings import Settings
+from crawler.sharding import queue_name
+
+log = logging.getLogger(__name__)
+
+_ctx: pipeline.Context | None = None
+_ctx_pid = 0
+
+
+def context(node: str | None = None) -> pipeline.Context:
+    """This process's Context, rebuilt after a fork."""
+    global _ctx, _ctx_pid
+    if _ctx is None or _ctx_pid != os.getpid():
+        _ctx = pipeline.Context(Redis.from_url(redis_url(), health_check_interval=30))
+        _ctx_pid = os.getpid()
+        if node:
+            _ctx.node = node
+    return _ctx
+
+
+class CrawlTask(Task):
+    """Counts redeliveries of a message and drops it after ``max_redeliveries`` (counted as
+    ``poison``): with reject_on_worker_lost, a message that kills its worker would otherwise
+    come back for ever."""
+
+    acks_late = True
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        info = self.request.delivery_info or {}
+        if info.get("redelivered") and self.request.id:
+            r = context().redis
+            key = keys.delivery(self.request.id)
+            n = r.incr(key)
+            r.expire(key, 86400)
+            if n > Settings.from_env().max_redeliveries:
+                job_id = args[0] if args else kwargs.get("job_id", "")
+                log.error("dropping task %s %s after %d redeliveries", self.name, self.request.id, n)
+                if job_id:
+                    jobs.count(r, job_id, poison=1)
+                return None
+        return super().__call__(*args, **kwargs)
+
+
+def send(task: Task, shard: int, *args: Any) -> None:
+    task.apply_async(args=args, queue=queue_name(shard), routing_key=queue_name(shard))
+
+
+@app.task(name="crawler.fetch", base=CrawlTask, bind=True)
+def fetch(self: Task, job_id: str, shard: int, token: str, entries: list[str]) -> None:
+    ctx = context(self.request.hostname)
+    job = jobs.load(ctx.redis, job_id)
+    pages = pipeline.fetch_stage(ctx, job, token, entries)
+    if pages:
+        send(parse, shard, job_id, shard, token, pages)
+
+
+@app.task(name="crawler.parse", base=CrawlTask, bind=True)
+def parse(self: Task, job_id: str, shard: int, token: str, pages: list[dict[str, Any]]) -> None:
+    ctx = context(self.request.hostname)
+    job = jobs.load(ctx.redis, job_id)
+    pages, batches = pipeline.parse_stage(ctx, job, token, pages)
+    for target, links in batches.items():
+        send(dedup, target, job_id, pipeline.link_token(token, target), links)
+    send(store, shard, job_id, shard, token, pages)
+
+
+@app.task(name="crawler.dedup", base=CrawlTask, bind=True)
+def dedup(self: Task, job_id: str, token: str, links: list[list[Any]]) -> None:
+    ctx = context(self.request.hostname)
+    pipeline.dedup_stage(ctx, jobs.load(ctx.redis, job_id), token, links)
+
+
+@app.task(name="crawler.store", base=CrawlTask, bind=True)
+def store(self: Task, job_id: str, shard: int, token: str, pages: list[dict[str, Any]]) -> None:
+    ctx = context(self.request.hostname)
+    pipeline.store_stage(ctx, jobs.load(ctx.redis, job_id), token, pages)

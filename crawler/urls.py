@@ -1,0 +1,92 @@
+"""URL canonical form, registered domain and scope: pure functions, no I/O."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from functools import lru_cache
+from urllib.parse import urlsplit, urlunsplit
+
+import tldextract
+from w3lib.url import canonicalize_url
+
+from crawler.errors import BadURL
+
+# The bundled public-suffix snapshot only: a crawler worker must never download the list.
+_extract = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_HOST_RE = re.compile(r"^[a-z0-9_]([a-z0-9_.-]{0,251}[a-z0-9_])?\.?$")
+
+
+@lru_cache(maxsize=200_000)
+def canonicalize(url: str, max_length: int = 2048) -> str:
+    """Canonical form: lower-case scheme and host, no default port, no dot segments, sorted
+    query, no fragment, percent-encoding normalised. Raises BadURL for what cannot be fetched.
+
+    Cached because navigation links repeat on every page of a site.
+    """
+    url = url.strip()
+    if len(url) > max_length:
+        raise BadURL(f"URL longer than {max_length} characters")
+    try:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in _DEFAULT_PORTS:
+            raise BadURL(f"scheme {scheme or '(none)'!r} is not http or https")
+        host = parts.hostname
+        port = parts.port
+    except ValueError as exc:
+        raise BadURL(str(exc)) from exc
+    if not host:
+        raise BadURL("URL has no host")
+    if ":" not in host and not _HOST_RE.match(host):
+        try:
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError as exc:
+            raise BadURL(f"invalid host {host!r}") from exc
+        if not _HOST_RE.match(host):
+            raise BadURL(f"invalid host {host!r}")
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None and port != _DEFAULT_PORTS[scheme]:
+        netloc = f"{netloc}:{port}"
+    # Userinfo is dropped on purpose: credentials in links are never sent.
+    rebuilt = urlunsplit((scheme, netloc, parts.path or "/", parts.query, ""))
+    try:
+        out = canonicalize_url(rebuilt, keep_fragments=False)
+    except (ValueError, UnicodeError) as exc:
+        raise BadURL(str(exc)) from exc
+    if len(out) > max_length:
+        raise BadURL(f"URL longer than {max_length} characters")
+    return out
+
+
+def host_key(url: str) -> str:
+    """The politeness unit: host and explicit port of a canonical URL."""
+    return urlsplit(url).netloc
+
+
+@lru_cache(maxsize=100_000)
+def registered_domain(host: str) -> str:
+    """Public-suffix-aware registered domain of a host (``a.b.example.co.uk`` ->
+    ``example.co.uk``); an IP address or a single-label name is its own domain."""
+    host = host.lower().rsplit("@", 1)[-1]
+    if host.startswith("["):
+        return host[: host.index("]") + 1]
+    host = host.split(":", 1)[0]
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    rd = _extract(host).top_domain_under_public_suffix
+    return rd or host
+
+
+def domain_of(url: str) -> str:
+    return registered_domain(urlsplit(url).netloc)
+
+
+def in_scope(url: str, allowed: frozenset[str]) -> bool:
+    """True if the URL's registered domain is one of ``allowed`` (empty: everything)."""
+    return not allowed or domain_of(url) in allowed

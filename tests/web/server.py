@@ -1,0 +1,152 @@
+"""Serves a WebModel on loopback: one threaded HTTP server per site, each on its own address
+(127.0.1.1, 127.0.1.2, ...; all of 127.0.0.0/8 is loopback on Linux), with an access log.
+
+Extra behaviours for hostile-input tests are registered per path with ``route``.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from tests.web.model import Link, WebModel
+
+Handler = Callable[[BaseHTTPRequestHandler], None]
+
+
+@dataclass(frozen=True)
+class Hit:
+    site: int
+    path: str
+    start: float
+    user_agent: str
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+
+class TestWeb:
+    def __init__(self, model: WebModel, *, base_ip: str = "127.0.1.", first: int = 1, filler: int = 0) -> None:
+        self.model = model
+        self.ips = [f"{base_ip}{first + i}" for i in range(model.sites)]
+        self.filler = filler  # bytes of padding text per page, for realistic sizes
+        self.log: list[Hit] = []
+        self._lock = threading.Lock()
+        self.routes: dict[tuple[int, str], Handler] = {}
+        self._servers: list[_Server] = []
+        self.ports: list[int] = []
+
+    # -- addresses -------------------------------------------------------------------------
+    def origin(self, site: int) -> str:
+        return f"http://{self.ips[site]}:{self.ports[site]}"
+
+    def url(self, site: int, path: str) -> str:
+        return self.origin(site) + path
+
+    def seeds(self) -> list[str]:
+        return [self.url(s, "/") for s in range(self.model.sites)]
+
+    def reachable_urls(self, seeds: list[tuple[int, str]] | None = None, max_depth: int | None = None) -> set[str]:
+        seeds = seeds or [(s, "/") for s in range(self.model.sites)]
+        return {self.url(s, p) for (s, p) in self.model.reachable(seeds, max_depth)}
+
+    def site_of(self, host: str) -> int:
+        return self.ips.index(host.split(":")[0])
+
+    # -- serving ---------------------------------------------------------------------------
+    def route(self, site: int, path: str, handler: Handler) -> None:
+        self.routes[(site, path)] = handler
+
+    def start(self) -> TestWeb:
+        for site, ip in enumerate(self.ips):
+            server = _Server((ip, 0), self._handler(site))
+            self._servers.append(server)
+            self.ports.append(server.server_address[1])
+            threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        for s in self._servers:
+            s.shutdown()
+            s.server_close()
+
+    def hits(self) -> list[Hit]:
+        with self._lock:
+            return list(self.log)
+
+    def render_href(self, here: int, here_path: str, link: Link, rng: random.Random) -> str:
+        path = link.path
+        if "?" in path:  # reorder the query: canonically the same URL
+            base, q = path.split("?", 1)
+            pairs = parse_qsl(q)
+            rng.shuffle(pairs)
+            path = f"{base}?{urlencode(pairs)}"
+        style = rng.randrange(6)
+        if link.site != here or style == 0:
+            origin = self.origin(link.site)
+            if style == 1:
+                origin = origin.upper().replace("HTTP://", "HTTP://")
+            return origin + path
+        if style == 2 and path.startswith("/p/") and here_path.startswith("/p/"):
+            return path[3:]  # relative to <base href="/p/">
+        if style == 3:
+            return path + "#section"
+        if style == 4 and path.startswith("/p/"):
+            return "/p/../p/" + path[3:]
+        return path
+
+    def render(self, site: int, path: str) -> bytes:
+        page = self.model.pages[(site, path)]
+        rng = random.Random(zlib.crc32(f"{site} {path} {self.model.seed}".encode()))
+        items = []
+        for link in page.links:
+            rel = ' rel="nofollow"' if link.nofollow else ""
+            items.append(f'<li><a href="{self.render_href(site, path, link, rng)}"{rel}>link {link.path}</a></li>')
+        base = '<base href="/p/">' if path.startswith("/p/") else ""
+        pad = ("<p>" + "lorem ipsum dolor sit amet " * (self.filler // 27) + "</p>") if self.filler else ""
+        html = (f"<!doctype html><html><head><meta charset=utf-8><title>Site {site} {path}</title>{base}</head>"
+                f"<body><h1>Site {site}</h1><ul>{''.join(items)}</ul>{pad}</body></html>")
+        return html.encode()
+
+    def _handler(self, site: int) -> type[BaseHTTPRequestHandler]:
+        web = self
+
+        class H(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                start = time.time()
+                parts = urlsplit(self.path)
+                path = parts.path + (f"?{urlencode(sorted(parse_qsl(parts.query)))}" if parts.query else "")
+                with web._lock:
+                    web.log.append(Hit(site, path, start, self.headers.get("User-Agent", "")))
+                custom = web.routes.get((site, path))
+                if custom is not None:
+                    custom(self)
+                    return
+                page = web.model.pages.get((site, path))
+                if page is None or page.status != 200:
+                    self._send(404 if page is None else page.status, b"<html><title>missing</title></html>")
+                    return
+                self._send(200, web.render(site, path))
+
+            def _send(self, status: int, body: bytes, ctype: str = "text/html; charset=utf-8") -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        return H
