@@ -33,7 +33,7 @@ def make_app(settings: Settings | None = None) -> Celery:
         task_default_queue="shard-0",
         task_create_missing_queues=True,
         broker_connection_retry_on_startup=True,
-        worker_send_task_events=True,
+        worker_send_task_events=settings.task_events,
         task_send_sent_event=False,
         worker_hijack_root_logger=False,
     )

@@ -50,7 +50,7 @@ def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | Non
     })
     redis.sadd(keys.JOBS, job_id)
     Frontier(redis).admit(job_id, [Entry(u) for u in dict.fromkeys(canon)], settings.shards,
-                          budget=settings.max_pages)
+                          budget=settings.max_pages, max_depth=settings.max_depth)
     return job_id
 
 

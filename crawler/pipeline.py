@@ -166,7 +166,8 @@ def dedup_stage(ctx: Context, job: Job, token: str, links: Sequence[Link]) -> li
             best[canon] = Entry(canon, depth, referrer)
     if bad:
         jobs.count(ctx.redis, job.id, bad_url=bad)
-    return ctx.frontier.admit(job.id, list(best.values()), s.shards, token=token, budget=s.max_pages)
+    return ctx.frontier.admit(job.id, list(best.values()), s.shards, token=token, budget=s.max_pages,
+                              max_depth=s.max_depth)
 
 
 def store_stage(ctx: Context, job: Job, token: str, pages: list[Page]) -> int:
@@ -191,7 +192,7 @@ def store_stage(ctx: Context, job: Job, token: str, pages: list[Page]) -> int:
         warc.flush()
 
     written = store.put(records, before_commit=archive)
-    ctx.frontier.release(job.id, [(p["url"], token) for p in pages], delay=s.delay)
+    ctx.frontier.release(job.id, [(p["url"], token) for p in pages], delay=s.delay, max_depth=s.max_depth)
     body_keys = [p["body_key"] for p in pages if p["body_key"]]
     if body_keys:
         ctx.redis.unlink(*body_keys)

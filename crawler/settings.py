@@ -46,6 +46,7 @@ class Settings:
     warc_max_size: int = _s(1_000_000_000, "Bytes per WARC file before a new one is started")
     store: str = _s("", "Store URL, e.g. sqlite:///out/crawl.db (default for `crawl`: DIR/crawl.db)", job=True)
     warc_dir: str = _s("", "Directory for WARC files (default: next to an SQLite store, in warc/)", job=True)
+    task_events: bool = _s(True, "Workers send task events (Flower needs them; `crawler crawl` turns them off)")
     workers: int = _s(2, "Worker processes `crawler crawl` starts")
     progress_interval: float = _s(2.0, "Seconds between progress log lines when not on a terminal")
 

@@ -49,13 +49,14 @@ class Frontier:
         self._reap = redis.register_script(lua.REAP)
 
     def admit(self, job: str, entries: Sequence[Entry], shards: int, *, token: str = "",
-              budget: int = 0, now: float | None = None) -> list[str]:
+              budget: int = 0, max_depth: int = 0, now: float | None = None) -> list[str]:
         """Queue the entries whose canonical URL this job has not seen; return those URLs.
 
         ``token`` names a link batch registered with ``expect``; a batch admitted once is
         ignored when delivered again. ``budget`` caps the URLs a job ever admits (0: none).
+        ``max_depth`` (0: none) lets a URL found again by a shorter path be expanded again.
         """
-        args: list[str | int | float] = [keys.prefix(job), job, token, now or time.time(), budget]
+        args: list[str | int | float] = [keys.prefix(job), job, token, now or time.time(), budget, max_depth]
         for e in entries:
             args += [e.url, host_key(e.url), shard_of_url(e.url, shards), e.encode()]
         return [u.decode() for u in self._admit(args=args)]
@@ -92,11 +93,11 @@ class Frontier:
             self._fetched(args=[keys.prefix(job), job, now, now + lease_timeout, delay, *_flat(leases)],
                           client=pipe or self.redis)
 
-    def release(self, job: str, leases: Sequence[Lease], *, delay: float) -> int:
+    def release(self, job: str, leases: Sequence[Lease], *, delay: float, max_depth: int = 0) -> int:
         """The pages are stored: end their leases. Returns how many this call ended."""
         if not leases:
             return 0
-        return int(self._release(args=[keys.prefix(job), job, time.time(), delay, *_flat(leases)]))
+        return int(self._release(args=[keys.prefix(job), job, time.time(), delay, max_depth, *_flat(leases)]))
 
     def reap(self, job: str, *, delay: float, now: float | None = None, limit: int = 1000) -> int:
         """Return expired leases to the front of their host queues. Returns how many."""

@@ -5,7 +5,9 @@ Conventions: ARGV[1] is the job's key prefix (``c:{job}:``) and ARGV[2] the job 
 the hash field ``lease[url] = "token stage shard host entry"``, stage ``f`` while fetching and
 ``d`` once fetched; ``lexp`` holds its expiry. A host is in its shard's ``ready`` zset while it
 has queued URLs, scored by when it may next be fetched, or PARKED while its in-flight budget is
-spent. ``cnt.open`` counts URLs admitted and not yet stored; ``pend`` holds the tokens of link
+spent. ``seen[url]`` is the shortest depth the URL was found at (``x<depth>`` once stored,
+``b`` if the page budget dropped it), so ``max_depth`` holds exactly even when a URL is first
+found by a longer path. ``cnt.open`` counts URLs admitted and not yet stored; ``pend`` holds the tokens of link
 batches on their way to dedup. A job is done when both are empty.
 """
 
@@ -50,14 +52,24 @@ local function done_check(now)
     redis.call('SREM', 'c:jobs', ARGV[2])
   end
 end
+local function entry_depth(e)
+  return tonumber(string.match(e, '^(%d+)'))
+end
+local function with_depth(e, d)
+  return d .. string.sub(e, #string.match(e, '^(%d+)') + 1)
+end
+local function requeue(host, shard, e, now)
+  redis.call('RPUSH', P .. 'q:' .. host, e)
+  schedule(host, shard, now, true)
+end
 local function parse_lease(l)
   return string.match(l, '^(%S+) (%S+) (%S+) (%S+) (.*)$')
 end
 """
 
-# ARGV: prefix, job, token, now, budget, then (url, host, shard, entry) per candidate.
+# ARGV: prefix, job, token, now, budget, max_depth, then (url, host, shard, entry) per candidate.
 ADMIT = _HELPERS + """
-local token, now, budget = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local token, now, budget, maxd = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 if token ~= '' and redis.call('SREM', P .. 'pend', token) == 0 then
   return {}  -- this link batch was admitted before: a redelivery
 end
@@ -66,21 +78,39 @@ if status ~= 'running' and status ~= 'paused' then
   done_check(now)
   return {}
 end
-local cnt = P .. 'cnt'
+local cnt, seen = P .. 'cnt', P .. 'seen'
 local admitted = tonumber(redis.call('HGET', cnt, 'admitted') or '0')
-local new, dup, over = {}, 0, 0
-for i = 6, #ARGV, 4 do
-  local url = ARGV[i]
-  if redis.call('SADD', P .. 'seen', url) == 1 then
+local new, dup, over, again = {}, 0, 0, 0
+for i = 7, #ARGV, 4 do
+  local url, host, shard, e = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local d = entry_depth(e)
+  local cur = redis.call('HGET', seen, url)
+  if not cur then
     if budget > 0 and admitted >= budget then
+      redis.call('HSET', seen, url, 'b')
       over = over + 1
     else
       admitted = admitted + 1
-      redis.call('RPUSH', P .. 'q:' .. ARGV[i + 1], ARGV[i + 3])
-      schedule(ARGV[i + 1], ARGV[i + 2], now, true)
+      redis.call('HSET', seen, url, d)
+      requeue(host, shard, e, now)
       new[#new + 1] = url
     end
+  elseif cur == 'b' then
+    dup = dup + 1
+  elseif string.sub(cur, 1, 1) == 'x' then
+    -- Stored already. Fetch it again only if it was too deep to follow its links and this
+    -- shorter path is not.
+    local cd = tonumber(string.sub(cur, 2))
+    if maxd > 0 and d < cd and cd >= maxd and d < maxd then
+      redis.call('HSET', seen, url, d)
+      requeue(host, shard, e, now)
+      redis.call('HINCRBY', cnt, 'open', 1)
+      again = again + 1
+    else
+      dup = dup + 1
+    end
   else
+    if d < tonumber(cur) then redis.call('HSET', seen, url, d) end  -- dispatch applies it
     dup = dup + 1
   end
 end
@@ -88,6 +118,7 @@ redis.call('HSET', cnt, 'admitted', admitted)
 if #new > 0 then redis.call('HINCRBY', cnt, 'open', #new) end
 if dup > 0 then redis.call('HINCRBY', cnt, 'duplicates', dup) end
 if over > 0 then redis.call('HINCRBY', cnt, 'dropped_max_pages', over) end
+if again > 0 then redis.call('HINCRBY', cnt, 'depth_requeued', again) end
 done_check(now)
 return new
 """
@@ -120,6 +151,8 @@ if redis.call('HGET', P .. 'meta', 'status') == 'running' then
         local e = redis.call('LPOP', qkey)
         if not e then break end
         local url = string.match(e, '^%S+ %S+ (%S+)')
+        local best = tonumber(redis.call('HGET', P .. 'seen', url))
+        if best and best < entry_depth(e) then e = with_depth(e, best) end
         redis.call('HSET', P .. 'lease', url, token .. ' f ' .. shard .. ' ' .. host .. ' ' .. e)
         redis.call('ZADD', P .. 'lexp', deadline, url)
         out[#out + 1] = e
@@ -189,20 +222,30 @@ end
 return n
 """
 
-# ARGV: prefix, job, now, delay, then (url, token) pairs. Ends leases whose page is stored.
+# ARGV: prefix, job, now, delay, max_depth, then (url, token) pairs. Ends leases whose page is
+# stored; a page expanded at a depth that cut its links, while a shorter path to it turned up,
+# goes back to its queue once more instead.
 RELEASE = _HELPERS + """
-local now, delay = tonumber(ARGV[3]), ARGV[4]
-local n = 0
-for i = 5, #ARGV, 2 do
+local now, delay, maxd = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+local n, again = 0, 0
+for i = 6, #ARGV, 2 do
   local url = ARGV[i]
   local l = redis.call('HGET', P .. 'lease', url)
   if l then
-    local t, st, shard, host = parse_lease(l)
+    local t, st, shard, host, e = parse_lease(l)
     if t == ARGV[i + 1] then
       if st == 'f' then release_slot(host, shard, now, delay) end
       redis.call('HDEL', P .. 'lease', url)
       redis.call('ZREM', P .. 'lexp', url)
-      n = n + 1
+      local ed = entry_depth(e)
+      local best = tonumber(redis.call('HGET', P .. 'seen', url))
+      if best and maxd > 0 and best < ed and ed >= maxd and best < maxd then
+        requeue(host, shard, with_depth(e, best), now)
+        again = again + 1
+      else
+        redis.call('HSET', P .. 'seen', url, 'x' .. ed)
+        n = n + 1
+      end
     end
   end
 end
@@ -210,6 +253,7 @@ if n > 0 then
   redis.call('HINCRBY', P .. 'cnt', 'open', -n)
   redis.call('HINCRBY', P .. 'cnt', 'stored', n)
 end
+if again > 0 then redis.call('HINCRBY', P .. 'cnt', 'depth_requeued', again) end
 done_check(now)
 return n
 """

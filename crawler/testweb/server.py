@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from tests.web.model import Link, WebModel
+from crawler.testweb.model import Link, WebModel
 
 Handler = Callable[[BaseHTTPRequestHandler], None]
 

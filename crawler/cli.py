@@ -1,0 +1,254 @@
+"""The ``crawler`` command: crawl (embedded), submit, status, stop, export."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from crawler import jobs
+from crawler.errors import BadURL
+from crawler.settings import Settings
+from crawler.store import StoreURLError, open_store
+
+log = logging.getLogger("crawler")
+
+
+def _job_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("seeds", nargs="+", metavar="SEED", help="start URLs")
+    p.add_argument("--max-pages", type=int, help="admit at most N URLs (0: no limit)")
+    p.add_argument("--max-depth", type=int, help="follow links at most N hops from a seed (0: no limit)")
+    p.add_argument("--delay", type=float, help="seconds between requests to one host")
+    p.add_argument("--per-host", type=int, help="requests in flight per host (default 1)")
+    p.add_argument("--concurrency", type=int, help="requests in flight in total")
+    p.add_argument("--shards", type=int, help="number of shards")
+    p.add_argument("--allow-domain", action="append", dest="allow_domains", metavar="DOMAIN",
+                   help="registered domain in scope (repeatable; default: the seeds' domains)")
+    p.add_argument("--user-agent", help="User-Agent header")
+    p.add_argument("--redis-url", help="Redis to use (default: $CRAWLER_REDIS_URL, or a private one for crawl)")
+
+
+def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
+    names = ("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards", "allow_domains",
+             "user_agent", "redis_url")
+    return Settings.from_env(**{n: getattr(args, n, None) for n in names}, **extra)
+
+
+def _client(url: str | None) -> redis.Redis:
+    from crawler.app import redis_url
+
+    client = redis.Redis.from_url(url or redis_url())
+    client.ping()
+    return client
+
+
+def _summary(st: dict[str, Any]) -> str:
+    c = st.get("counters", {})
+    errors = sum(v for k, v in c.items() if k.startswith("error:"))
+    return f"{c.get('stored', 0)} pages stored, {errors} errors, {c.get('open', 0)} queued or in flight"
+
+
+class ProgressLine:
+    """A live line on a terminal; plain log lines every ``interval`` seconds otherwise."""
+
+    def __init__(self, interval: float) -> None:
+        self.tty = sys.stderr.isatty()
+        self.interval = interval
+        self.last_line = 0.0
+        self.last = (0.0, 0)
+
+    def __call__(self, st: dict[str, Any], elapsed: float) -> None:
+        c = st["counters"]
+        done = c.get("stored", 0)
+        t0, d0 = self.last
+        rate = (done - d0) / (elapsed - t0) if elapsed > t0 else 0.0
+        errors = sum(v for k, v in c.items() if k.startswith("error:"))
+        text = f"{done} pages  {rate:6.1f} pages/s  {c.get('open', 0) - c.get('inflight', 0)} queued  " \
+               f"{c.get('inflight', 0)} in flight  {errors} errors"
+        if self.tty:
+            sys.stderr.write("\r\033[K" + text)
+            sys.stderr.flush()
+            if elapsed - t0 >= 2:
+                self.last = (elapsed, done)
+        elif elapsed - self.last_line >= self.interval:
+            log.info("%s  (%.0fs)", text, elapsed)
+            self.last_line = elapsed
+            self.last = (elapsed, done)
+
+    def end(self) -> None:
+        if self.tty:
+            sys.stderr.write("\n")
+
+
+def cmd_crawl(args: argparse.Namespace) -> int:
+    from crawler.embedded import crawl
+
+    settings = _settings(args, workers=args.workers, store=None)
+    progress = ProgressLine(settings.progress_interval) if not args.quiet else None
+    outcome = crawl(settings, args.seeds, args.out, progress)
+    if progress:
+        progress.end()
+    out = Path(args.out).resolve()
+    print(f"job {outcome.job_id}: {_summary(outcome.status)} in {outcome.elapsed:.1f}s")
+    print(f"output: {out / 'crawl.db'} (SQLite), {out / 'warc'} (WARC)")
+    if outcome.interrupted:
+        print("interrupted: what was stored is complete and readable", file=sys.stderr)
+        return 130
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    settings = _settings(args, store=args.store, warc_dir=args.warc_dir)
+    if not settings.store:
+        raise SystemExit("crawler submit: --store URL is required (e.g. sqlite:///data/crawl.db)")
+    open_store(settings.store).close()  # fail here, not in every worker, if the URL is wrong
+    job_id = jobs.submit(_client(args.redis_url), settings, args.seeds)
+    print(job_id)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    client = _client(args.redis_url)
+    deadline = time.monotonic() + args.timeout if args.timeout else None
+    while True:
+        st = jobs.status(client, args.job)
+        if not args.wait or st["status"] in jobs.FINISHED:
+            break
+        if deadline and time.monotonic() > deadline:
+            print(f"crawler status: job {args.job} still {st['status']} after {args.timeout}s", file=sys.stderr)
+            return 2
+        time.sleep(0.5)
+    if args.json:
+        print(json.dumps(st, indent=2))
+    else:
+        print(f"job {st['id']}: {st['status']}  ({_summary(st)})")
+        for k, v in st["counters"].items():
+            print(f"  {k:24} {v}")
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    client = _client(args.redis_url)
+    jobs.status(client, args.job)
+    jobs.stop(client, args.job)
+    print(f"job {args.job}: stopped")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    target = args.source
+    url = target if "://" in target else f"sqlite:///{Path(target).resolve() / 'crawl.db'}"
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
+        raise SystemExit(f"crawler export: no crawl database at {url[len('sqlite:///'):]}")
+    store = open_store(url)
+    try:
+        rows = store.pages(args.job)
+        if args.format == "jsonl":
+            for row in rows:
+                sys.stdout.write(json.dumps(row, ensure_ascii=False) + "\n")
+        else:
+            writer: Any = None
+            for row in rows:
+                if writer is None:
+                    writer = csv.DictWriter(sys.stdout, fieldnames=list(row))
+                    writer.writeheader()
+                writer.writerow({k: json.dumps(v) if isinstance(v, list) else v for k, v in row.items()})
+    finally:
+        store.close()
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Serve the synthetic web on loopback and crawl it: the whole system, no network needed."""
+    from crawler.testweb import TestWeb, WebModel
+
+    web = TestWeb(WebModel(args.sites, args.pages), filler=2000).start()
+    try:
+        print(f"serving a synthetic web of {args.sites} sites x {args.pages} pages on "
+              f"{web.ips[0]}..{web.ips[-1]}; {len(web.reachable_urls())} pages reachable")
+        args.seeds = web.seeds()
+        # The demo web lives on loopback addresses; nothing else is ever contacted.
+        return cmd_crawl(args)
+    finally:
+        web.stop()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="crawler", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("crawl", help="crawl on this machine, nothing else to set up")
+    _job_flags(c)
+    c.add_argument("--out", required=True, help="output directory (crawl.db, warc/, logs/)")
+    c.add_argument("--workers", type=int, help="worker processes (default 2)")
+    c.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    c.set_defaults(func=cmd_crawl)
+
+    d = sub.add_parser("demo", help="crawl a synthetic web served on loopback (no network needed)")
+    d.add_argument("--out", default="crawl-out", help="output directory (default: crawl-out)")
+    d.add_argument("--sites", type=int, default=5)
+    d.add_argument("--pages", type=int, default=100)
+    d.add_argument("--workers", type=int)
+    d.add_argument("-q", "--quiet", action="store_true")
+    for name in ("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards", "allow_domains",
+                 "user_agent", "redis_url"):
+        d.set_defaults(**{name: None})
+    d.set_defaults(func=cmd_demo)
+
+    s = sub.add_parser("submit", help="enqueue a job for running workers; prints its id")
+    _job_flags(s)
+    s.add_argument("--store", help="store URL, e.g. sqlite:///data/crawl.db")
+    s.add_argument("--warc-dir", help="directory for WARC files (default: beside an SQLite store)")
+    s.set_defaults(func=cmd_submit)
+
+    st = sub.add_parser("status", help="a job's state and counters")
+    st.add_argument("job")
+    st.add_argument("--wait", action="store_true", help="return when the job is done")
+    st.add_argument("--timeout", type=float, default=0, help="with --wait: give up after N seconds")
+    st.add_argument("--json", action="store_true")
+    st.add_argument("--redis-url")
+    st.set_defaults(func=cmd_status)
+
+    sp = sub.add_parser("stop", help="dispatch nothing more for a job")
+    sp.add_argument("job")
+    sp.add_argument("--redis-url")
+    sp.set_defaults(func=cmd_stop)
+
+    e = sub.add_parser("export", help="print stored pages")
+    e.add_argument("source", help="an output directory or a store URL")
+    e.add_argument("--format", choices=["jsonl", "csv"], default="jsonl")
+    e.add_argument("--job", help="only this job's pages")
+    e.set_defaults(func=cmd_export)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (BadURL, StoreURLError, ValueError) as exc:
+        print(f"crawler {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyError as exc:
+        print(f"crawler {args.command}: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0  # the reader (``| head``) has what it wanted
+    except redis.ConnectionError as exc:
+        print(f"crawler {args.command}: cannot reach Redis: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        print(f"crawler {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
