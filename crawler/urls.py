@@ -13,7 +13,7 @@ from w3lib.url import canonicalize_url
 from crawler.errors import BadURL
 
 # The bundled public-suffix snapshot only: a crawler worker must never download the list.
-_extract = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
+_extract = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None, include_psl_private_domains=True)
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _HOST_RE = re.compile(r"^[a-z0-9_]([a-z0-9_.-]{0,251}[a-z0-9_])?\.?$")

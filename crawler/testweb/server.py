@@ -35,6 +35,8 @@ class _Server(ThreadingHTTPServer):
 
 
 class TestWeb:
+    __test__ = False  # not a pytest test class
+
     def __init__(self, model: WebModel, *, base_ip: str = "127.0.1.", first: int = 1, filler: int = 0) -> None:
         self.model = model
         self.ips = [f"{base_ip}{first + i}" for i in range(model.sites)]

@@ -1,0 +1,124 @@
+"""Real parts only: a private redis-server per test process (never the machine's 6379), a fresh
+Redis database per test, the synthetic web on loopback, and real Celery worker processes."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from crawler.redis_server import RedisServer
+from crawler.testweb import TestWeb, WebModel
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+_dbs = itertools.count(1)
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> str:
+    url = f"redis://127.0.0.1:{redis_server.port}/{next(_dbs) % 63 + 1}"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    client.close()
+    monkeypatch.setenv("CRAWLER_REDIS_URL", url)
+    return url
+
+
+@pytest.fixture
+def r(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def make_web() -> Iterator[Callable[..., TestWeb]]:
+    webs: list[TestWeb] = []
+
+    def make(sites: int, pages: int, *, seed: int = 1, **kw: object) -> TestWeb:
+        web = TestWeb(WebModel(sites, pages, seed=seed), **kw).start()  # type: ignore[arg-type]
+        webs.append(web)
+        return web
+
+    yield make
+    for web in webs:
+        web.stop()
+
+
+class Workers:
+    """Real ``celery -A crawler worker`` processes, as an operator would run them."""
+
+    def __init__(self, redis_url: str, log_dir: Path) -> None:
+        self.redis_url = redis_url
+        self.log_dir = log_dir
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, queues: str, *, wait: bool = True, env: dict[str, str] | None = None,
+              pool: str = "solo") -> subprocess.Popen[bytes]:
+        log = self.log_dir / f"{name}.log"
+        cmd = [sys.executable, "-m", "celery", "-A", "crawler", "worker", "-Q", queues, "-n", f"{name}@%h",
+               "--pool", pool, "--without-gossip", "--without-mingle", "--loglevel", "INFO",
+               "--logfile", str(log)]
+        full_env = {**os.environ, "CRAWLER_REDIS_URL": self.redis_url, **(env or {})}
+        proc = subprocess.Popen(cmd, env=full_env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=open(self.log_dir / f"{name}.stderr", "wb"))
+        self.procs[name] = proc
+        if wait:
+            self.wait_ready(name)
+        return proc
+
+    def wait_ready(self, name: str, timeout: float = 30.0) -> None:
+        log = self.log_dir / f"{name}.log"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if log.exists() and "ready." in log.read_text(errors="replace"):
+                return
+            if self.procs[name].poll() is not None:
+                raise RuntimeError(f"worker {name} exited: {(self.log_dir / f'{name}.stderr').read_text()[-2000:]}")
+            time.sleep(0.1)
+        raise TimeoutError(f"worker {name} not ready after {timeout}s")
+
+    def stop(self, name: str | None = None, timeout: float = 15.0) -> None:
+        for n in [name] if name else list(self.procs):
+            p = self.procs.pop(n)
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+
+@pytest.fixture
+def workers(redis_url: str, tmp_path: Path) -> Iterator[Workers]:
+    w = Workers(redis_url, tmp_path)
+    yield w
+    w.stop()
+
+
+def wait_done(client: redis.Redis, job_id: str, timeout: float = 90.0) -> dict[str, object]:
+    from crawler import jobs
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = jobs.status(client, job_id)
+        if st["status"] in jobs.FINISHED:
+            return st
+        time.sleep(0.1)
+    raise TimeoutError(f"job {job_id} not done after {timeout}s: {jobs.status(client, job_id)}")

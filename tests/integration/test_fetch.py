@@ -1,0 +1,90 @@
+"""The HTTP fetcher against real servers on loopback."""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
+
+from crawler.fetch import FetchConfig, fetch_batch
+from crawler.testweb import TestWeb
+
+CFG = FetchConfig(user_agent="test-agent/1", connect_timeout=2, read_timeout=2, deadline=3, max_redirects=3,
+                  max_body=50_000)
+
+
+def _redirect(to: str, status: int = 301) -> Callable[[BaseHTTPRequestHandler], None]:
+    def handler(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(status)
+        h.send_header("Location", to)
+        h.send_header("Content-Length", "0")
+        h.end_headers()
+    return handler
+
+
+def _body(data: bytes, headers: dict[str, str] | None = None) -> Callable[[BaseHTTPRequestHandler], None]:
+    def handler(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        for k, v in {"Content-Type": "text/html", "Content-Length": str(len(data)), **(headers or {})}.items():
+            h.send_header(k, v)
+        h.end_headers()
+        h.wfile.write(data)
+    return handler
+
+
+def test_redirect_hops_recorded(make_web: Callable[..., TestWeb]) -> None:
+    web = make_web(1, 5)
+    web.route(0, "/r1", _redirect("/r2", 302))
+    web.route(0, "/r2", _redirect(web.url(0, "/p/1.html")))
+    (res,) = fetch_batch([web.url(0, "/r1")], CFG)
+    assert res.error is None and res.status == 200
+    assert res.final_url == web.url(0, "/p/1.html")
+    assert res.redirects == [(302, web.url(0, "/r1")), (301, web.url(0, "/r2"))]
+    assert ("User-Agent", "test-agent/1") in res.request_headers
+
+
+def test_redirect_loop_and_chain_over_cap(make_web: Callable[..., TestWeb]) -> None:
+    web = make_web(1, 2)
+    web.route(0, "/loop-a", _redirect("/loop-b"))
+    web.route(0, "/loop-b", _redirect("/loop-a"))
+    for i in range(10):
+        web.route(0, f"/chain/{i}", _redirect(f"/chain/{i + 1}"))
+    loop, chain = fetch_batch([web.url(0, "/loop-a"), web.url(0, "/chain/0")], CFG)
+    assert loop.error == "redirect_loop"
+    assert chain.error == "too_many_redirects" and len(chain.redirects) == CFG.max_redirects + 1
+
+
+def test_status_codes_become_reasons(make_web: Callable[..., TestWeb]) -> None:
+    web = make_web(1, 2)
+
+    def status(code: int) -> Callable[[BaseHTTPRequestHandler], None]:
+        def handler(h: BaseHTTPRequestHandler) -> None:
+            h.send_response(code)
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+        return handler
+
+    for code in (404, 429, 503):
+        web.route(0, f"/s{code}", status(code))
+    got = fetch_batch([web.url(0, f"/s{c}") for c in (404, 429, 503)], CFG)
+    assert [(g.status, g.error) for g in got] == [(404, "http_4xx"), (429, "http_429"), (503, "http_5xx")]
+
+
+def test_body_cut_at_cap_even_when_compressed(make_web: Callable[..., TestWeb]) -> None:
+    web = make_web(1, 2)
+    web.route(0, "/big", _body(b"a" * 500_000))
+    bomb = gzip.compress(b"<html>" + b"b" * 5_000_000)
+    web.route(0, "/bomb", _body(bomb, {"Content-Encoding": "gzip"}))
+    big, zipped = fetch_batch([web.url(0, "/big"), web.url(0, "/bomb")], CFG)
+    assert big.error == "too_large" and len(big.body) == CFG.max_body
+    assert zipped.error == "too_large" and len(zipped.body) == CFG.max_body
+
+
+def test_connection_refused_is_named_and_batch_goes_on(make_web: Callable[..., TestWeb]) -> None:
+    web = make_web(1, 3)
+    from crawler.redis_server import free_port
+
+    closed = f"http://127.0.0.1:{free_port()}/"
+    refused, ok = fetch_batch([closed, web.url(0, "/")], CFG)
+    assert refused.error == "connect" and refused.status is None
+    assert ok.error is None and ok.status == 200 and b"Site 0" in ok.body

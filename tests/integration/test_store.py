@@ -1,0 +1,117 @@
+"""The store stage against real Redis, SQLite and WARC files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+
+from crawler import jobs, pipeline
+from crawler.frontier import Entry, keys
+from crawler.settings import Settings
+from crawler.store import StoreURLError, open_store
+from crawler.store.base import PageRecord
+from crawler.store.sqlite import SQLiteStore
+
+
+def _page(url: str, body_key: str = "", status: int | None = 200) -> pipeline.Page:
+    return {"url": url, "depth": 0, "referrer": "", "final_url": url, "status": status, "http_version": "HTTP/1.1",
+            "headers": [("Content-Type", "text/html")], "request_headers": [("User-Agent", "t")], "error": None,
+            "fetched_at": 1_700_000_000.0, "elapsed": 0.01, "redirects": [], "body_key": body_key,
+            "content_length": 5, "content_sha1": "x", "content_type": "text/html", "title": "T", "outlinks": ["a"]}
+
+
+def _warc_records(warc_dir: Path) -> list[str]:
+    lines = []
+    for f in sorted(warc_dir.glob("*.warc.gz")):
+        out = subprocess.run([sys.executable, "-m", "warcio.cli", "index", "-f", "warc-type,warc-target-uri", str(f)],
+                             capture_output=True, text=True, check=True).stdout
+        lines += [ln for ln in out.splitlines() if ln.strip()]
+    return lines
+
+
+def test_store_delivered_twice_leaves_one_row_and_one_record_set(r: redis.Redis, tmp_path: Path) -> None:
+    settings = Settings.from_env({}, store=f"sqlite:///{tmp_path}/crawl.db", warc_dir=str(tmp_path / "warc"))
+    job_id = jobs.submit(r, settings, ["http://a.example/"])
+    ctx = pipeline.Context(r)
+    job = jobs.load(r, job_id)
+    d = ctx.frontier.dispatch(job_id, 0, max_urls=5, per_host=1, delay=0, lease_timeout=60, concurrency=5)
+    if not d.items:  # the seed's shard is not 0
+        for shard in range(settings.shards):
+            d = ctx.frontier.dispatch(job_id, shard, max_urls=5, per_host=1, delay=0, lease_timeout=60, concurrency=5)
+            if d.items:
+                break
+    url = d.items[0][0].url
+    ctx.frontier.fetched(job_id, [(url, d.token)], lease_timeout=60, delay=0)
+    body_key = keys.body(job_id, d.token, 0)
+    r.set(body_key, b"<html>hello</html>")
+    pages = [_page(url, body_key)]
+
+    assert pipeline.store_stage(ctx, job, d.token, [dict(p) for p in pages]) == 1
+    r.set(body_key, b"<html>hello</html>")  # as if the delete had not happened before a crash
+    assert pipeline.store_stage(ctx, job, d.token, [dict(p) for p in pages]) == 0
+    ctx.close()
+
+    rows = list(open_store(settings.store).pages())
+    assert [row["url"] for row in rows] == [url]
+    assert _warc_records(tmp_path / "warc") == [f'{{"warc-type": "request", "warc-target-uri": "{url}"}}',
+                                                f'{{"warc-type": "response", "warc-target-uri": "{url}"}}']
+    st = jobs.status(r, job_id)
+    assert st["counters"]["stored"] == 1 and st["status"] == "done"
+    assert not r.exists(body_key)
+
+
+def test_refetch_under_a_new_fetch_id_updates_the_row(tmp_path: Path) -> None:
+    store = SQLiteStore(str(tmp_path / "c.db"))
+    a = PageRecord(url="http://e.com/", job_id="j", fetch_id="f1", title="old")
+    b = PageRecord(url="http://e.com/", job_id="j", fetch_id="f2", title="new")
+    assert store.put([a]) == [a]
+    assert store.put([a]) == []
+    assert store.put([b]) == [b]
+    (row,) = store.pages()
+    assert row["title"] == "new" and row["fetch_id"] == "f2"
+
+
+def test_failed_write_rolls_back_everything(tmp_path: Path) -> None:
+    store = SQLiteStore(str(tmp_path / "c.db"))
+
+    def boom(new: list[PageRecord]) -> None:
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        store.put([PageRecord(url="http://e.com/", job_id="j", fetch_id="f")], before_commit=boom)
+    assert list(store.pages()) == []
+    assert store.put([PageRecord(url="http://e.com/", job_id="j", fetch_id="f")])
+
+
+def test_warc_rotates_by_size(tmp_path: Path) -> None:
+    from crawler.store.warc import WarcFiles
+
+    w = WarcFiles(str(tmp_path), max_size=2_000)
+    for i in range(6):
+        rec = PageRecord(url=f"http://e.com/{i}", job_id="j", fetch_id="f", status=200, fetched_at=1.7e9)
+        w.write(rec, http_version="HTTP/1.1", request_headers=[], response_headers=[], body=os.urandom(3000))
+        w.flush()
+    w.close()
+    assert len(list(tmp_path.glob("*.warc.gz"))) >= 3
+    assert len(_warc_records(tmp_path)) == 12
+
+
+@pytest.mark.parametrize("url, message", [
+    ("crawl.db", "has no scheme"),
+    ("mysql://x/y", "unknown store scheme 'mysql'"),
+    ("sqlite://", "names no file"),
+])
+def test_bad_store_urls_are_named(url: str, message: str) -> None:
+    with pytest.raises(StoreURLError, match=message):
+        open_store(url)
+
+
+def test_entry_round_trip() -> None:
+    e = Entry("http://e.com/a?b=1", 3, "http://e.com/", 2)
+    assert Entry.decode(e.encode()) == e
+    assert Entry.decode(Entry("http://e.com/").encode()) == Entry("http://e.com/")

@@ -1,0 +1,82 @@
+from crawler.parse import is_html, parse_html
+
+PAGE = b"""<!doctype html><html><head>
+<title>  A   page
+</title>
+<base href="/docs/">
+<link rel="canonical" href="main.html">
+<style>.x { color: red }</style>
+</head><body>
+<script>var hidden = "not text";</script>
+<p>Hello <b>world</b></p> tail
+<a href="a.html#frag">relative to base</a>
+<a href="/root.html">root</a>
+<a href="HTTP://Other.example.com/x">other host</a>
+<a href="#only-fragment">same page</a>
+<a href="mailto:me@example.com">mail</a>
+<a href="javascript:void(0)">js</a>
+<a rel="nofollow" href="/secret.html">nofollow</a>
+<a rel="external NoFollow" href="/secret2.html">nofollow too</a>
+<a href="a.html">duplicate</a>
+<map><area href="area.html"></map>
+<noscript>enable js</noscript>
+</body></html>"""
+
+
+def test_links_resolve_against_base_without_fragments_or_nofollow() -> None:
+    p = parse_html("http://example.com/dir/page.html", PAGE, "text/html; charset=utf-8")
+    assert p.base == "http://example.com/docs/"
+    assert p.links == [
+        "http://example.com/docs/a.html",
+        "http://example.com/root.html",
+        "http://Other.example.com/x",
+        "http://example.com/docs/area.html",
+    ]
+    assert p.skipped_links == 3  # fragment-only, mailto:, javascript:
+
+
+def test_title_canonical_and_visible_text() -> None:
+    p = parse_html("http://example.com/dir/page.html", PAGE)
+    assert p.title == "A page"
+    assert p.canonical == "http://example.com/docs/main.html"
+    assert "Hello world tail" in p.text
+    assert "hidden" not in p.text and "color" not in p.text and "enable js" not in p.text
+
+
+def test_meta_robots() -> None:
+    p = parse_html("http://e.com/", b'<html><head><meta name="Robots" content="NOINDEX, nofollow"></head>'
+                                    b'<body><a href="/x">x</a></body></html>')
+    assert p.noindex and p.nofollow
+    q = parse_html("http://e.com/", b'<meta name="robots" content="none"><a href="/x">x</a>')
+    assert q.noindex and q.nofollow
+    ok = parse_html("http://e.com/", b'<meta name="robots" content="index, follow"><a href="/x">x</a>')
+    assert not ok.noindex and not ok.nofollow and ok.links == ["http://e.com/x"]
+
+
+def test_empty_and_broken_bodies_do_not_raise() -> None:
+    assert parse_html("http://e.com/", b"").links == []
+    assert parse_html("http://e.com/", b"   \n").title == ""
+    broken = parse_html("http://e.com/", b"<html><title>T</title><body><a href='/a'>a<div><a href=/b>")
+    assert broken.title == "T" and broken.links == ["http://e.com/a", "http://e.com/b"]
+    deep = parse_html("http://e.com/", b"<div>" * 50_000 + b"<a href=/deep>x</a>")
+    assert isinstance(deep.text, str)
+
+
+def test_charset_from_header_and_meta() -> None:
+    body = "<html><head><title>café</title></head></html>".encode("latin-1")
+    assert parse_html("http://e.com/", body, "text/html; charset=iso-8859-1").title == "café"
+    meta = '<html><head><meta charset="iso-8859-1"><title>café</title></head></html>'.encode("latin-1")
+    assert parse_html("http://e.com/", meta, "text/html").title == "café"
+
+
+def test_soup_is_lazy_and_available_for_hooks() -> None:
+    p = parse_html("http://e.com/", b"<p class=x>hi</p>")
+    assert "soup" not in p.__dict__
+    assert p.soup.find("p", class_="x").text == "hi"
+
+
+def test_is_html() -> None:
+    assert is_html("text/html; charset=utf-8")
+    assert is_html("application/xhtml+xml")
+    assert not is_html("application/pdf")
+    assert not is_html("image/png")
