@@ -180,6 +180,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         web.stop()
 
 
+def cmd_settings(args: argparse.Namespace) -> int:
+    from crawler.settings import settings_table
+
+    print(settings_table())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="crawler", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -226,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--format", choices=["jsonl", "csv"], default="jsonl")
     e.add_argument("--job", help="only this job's pages")
     e.set_defaults(func=cmd_export)
+    t = sub.add_parser("settings", help="print the settings table (defaults, env names, meaning)")
+    t.set_defaults(func=cmd_settings)
     return p
 
 

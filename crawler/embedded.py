@@ -55,7 +55,7 @@ class WorkerProcesses:
             # A session of their own: Ctrl-C reaches us, and we stop them in order.
             self.procs.append(subprocess.Popen(
                 worker_command(shards, f"embedded{i}@%h", log), env=env,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(log + ".stderr", "wb"),
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(log + ".stderr", "wb"),  # noqa: SIM115 (the child owns it)
                 start_new_session=True))
 
     def check(self) -> None:

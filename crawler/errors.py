@@ -25,13 +25,15 @@ def _define(name: str, base: type[CrawlError], reason: str, doc: str) -> type[Cr
 
 DNSError = _define("DNSError", Retryable, "dns", "The host name did not resolve.")
 ConnectError = _define("ConnectError", Retryable, "connect", "The connection was refused or reset.")
-TimeoutError_ = _define("TimeoutError_", Retryable, "timeout", "A connect, read or total deadline passed.")
+TimeoutError_ = _define("TimeoutError_", Retryable, "timeout",
+                        "A connect, read or total deadline passed.")
 HTTP5xx = _define("HTTP5xx", Retryable, "http_5xx", "The server answered 5xx.")
 HTTP429 = _define("HTTP429", Retryable, "http_429", "The server asked us to slow down.")
 TLSError = _define("TLSError", Permanent, "tls", "The TLS handshake failed.")
 HTTP4xx = _define("HTTP4xx", Permanent, "http_4xx", "The server answered 4xx.")
 TooLarge = _define("TooLarge", Permanent, "too_large", "The body passed the size cap; it was cut.")
-RedirectLoop = _define("RedirectLoop", Permanent, "redirect_loop", "A redirect came back to a URL already in its chain.")
+RedirectLoop = _define("RedirectLoop", Permanent, "redirect_loop",
+                       "A redirect came back to a URL already in its chain.")
 TooManyRedirects = _define("TooManyRedirects", Permanent, "too_many_redirects", "The redirect chain passed the cap.")
 BadURL = _define("BadURL", Permanent, "bad_url", "The URL cannot be fetched (scheme, syntax, length).")
 Decode = _define("Decode", Permanent, "decode", "The body could not be decoded.")

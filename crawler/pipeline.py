@@ -78,7 +78,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     s = job.settings
     entries = [Entry.decode(e) for e in raw_entries]
     held = ctx.frontier.begin(job.id, [(e.url, token) for e in entries], s.lease_timeout)
-    todo = [e for e, ok in zip(entries, held) if ok]
+    todo = [e for e, ok in zip(entries, held, strict=False) if ok]
     if len(todo) < len(entries):
         jobs.count(ctx.redis, job.id, stale_leases=len(entries) - len(todo))
     if not todo:
@@ -87,7 +87,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     pipe = ctx.redis.pipeline(transaction=False)
     pages: list[Page] = []
     nbytes = failed = 0
-    for i, (e, r) in enumerate(zip(todo, results)):
+    for i, (e, r) in enumerate(zip(todo, results, strict=False)):
         body_key = ""
         if r.body:
             body_key = keys.body(job.id, token, i)
@@ -120,7 +120,7 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[Page]) -> tuple[
     bodies = ctx.redis.mget([p["body_key"] for p in want]) if want else []
     batches: dict[int, list[Link]] = defaultdict(list)
     skipped = out_of_scope = 0
-    for page, body in zip(want, bodies):
+    for page, body in zip(want, bodies, strict=False):
         if body is None:
             continue  # the body expired: the lease will have expired too and the URL comes back
         parsed = parse_html(page["final_url"], body, page["content_type"])
@@ -185,7 +185,7 @@ def store_stage(ctx: Context, job: Job, token: str, pages: list[Page]) -> int:
         want = [r for r in new if by_url[r.url]["body_key"] or r.status is not None]
         bodies = ctx.redis.mget([by_url[r.url]["body_key"] or "-" for r in want]) if want else []
         warc = ctx.warc(warc_dir, s.warc_max_size)
-        for r, body in zip(want, bodies):
+        for r, body in zip(want, bodies, strict=False):
             p = by_url[r.url]
             warc.write(r, http_version=p["http_version"], request_headers=p["request_headers"],
                        response_headers=p["headers"], body=body or b"")
@@ -204,6 +204,7 @@ def to_record(job_id: str, token: str, node: str, p: Page) -> PageRecord:
         url=p["url"], job_id=job_id, fetch_id=token, final_url=p["final_url"], status=p["status"],
         content_type=p["content_type"], title=p.get("title", ""), depth=p["depth"], referrer=p["referrer"],
         fetched_at=p["fetched_at"], content_length=p["content_length"], content_sha1=p["content_sha1"],
-        outlinks=p.get("outlinks", []), error=p["error"], fetched_by=p.get("fetched_by", node), redirects=p["redirects"],
+        outlinks=p.get("outlinks", []), error=p["error"], fetched_by=p.get("fetched_by", node),
+        redirects=p["redirects"],
         canonical=p.get("canonical"), noindex=bool(p.get("noindex")),
     )

@@ -1,7 +1,7 @@
 """One settings object: documented defaults < environment ``CRAWLER_<NAME>`` < CLI flags.
 
 Every field has a default and a one-line doc (the ``doc`` metadata); the README's settings table
-is generated from this module (``python -m crawler.settings``) and a test checks they agree.
+is generated from this module (``crawler settings``) and a test checks they agree.
 """
 
 from __future__ import annotations
@@ -100,7 +100,3 @@ def settings_table() -> str:
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         rows.append(f"| `{f.name}` | `CRAWLER_{f.name.upper()}` | `{default!r}` | {f.metadata['doc']} |")
     return "\n".join(rows)
-
-
-if __name__ == "__main__":
-    print(settings_table())

@@ -76,7 +76,7 @@ class Workers:
                "--logfile", str(log)]
         full_env = {**os.environ, "CRAWLER_REDIS_URL": self.redis_url, **(env or {})}
         proc = subprocess.Popen(cmd, env=full_env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                                stderr=open(self.log_dir / f"{name}.stderr", "wb"))
+                                stderr=open(self.log_dir / f"{name}.stderr", "wb"))  # noqa: SIM115
         self.procs[name] = proc
         if wait:
             self.wait_ready(name)
@@ -122,3 +122,12 @@ def wait_done(client: redis.Redis, job_id: str, timeout: float = 90.0) -> dict[s
             return st
         time.sleep(0.1)
     raise TimeoutError(f"job {job_id} not done after {timeout}s: {jobs.status(client, job_id)}")
+
+
+@pytest.fixture(autouse=True)
+def _never_the_machines_redis(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Anything in the test process that falls back to the default broker (6379) fails loudly
+    instead of quietly using a Redis the suite does not own."""
+    from crawler.app import app
+
+    monkeypatch.setattr(app.conf, "broker_url", "redis://127.0.0.1:1/0")

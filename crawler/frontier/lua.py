@@ -5,10 +5,11 @@ Conventions: ARGV[1] is the job's key prefix (``c:{job}:``) and ARGV[2] the job 
 the hash field ``lease[url] = "token stage shard host entry"``, stage ``f`` while fetching and
 ``d`` once fetched; ``lexp`` holds its expiry. A host is in its shard's ``ready`` zset while it
 has queued URLs, scored by when it may next be fetched, or PARKED while its in-flight budget is
-spent. ``seen[url]`` is the shortest depth the URL was found at (``x<depth>`` once stored,
-``b`` if the page budget dropped it), so ``max_depth`` holds exactly even when a URL is first
-found by a longer path. ``cnt.open`` counts URLs admitted and not yet stored; ``pend`` holds the tokens of link
-batches on their way to dedup. A job is done when both are empty.
+spent; ``next[host]`` is the earliest a host may be fetched again. ``seen[url]`` is the
+shortest depth the URL was found at (``x<depth>`` once stored, ``b`` if the page budget
+dropped it), so ``max_depth`` holds exactly even when a URL is first found by a longer path.
+``cnt.open`` counts URLs admitted and not yet stored; ``pend`` holds the tokens of link batches
+on their way to dedup. A job is done when both are empty.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ end
 -- its delay). A parked host is left parked only when ``keep_parked`` is set.
 local function schedule(host, shard, t, keep_parked)
   if redis.call('LLEN', P .. 'q:' .. host) == 0 then return end
+  -- Never earlier than the host's delay allows, even if it left the ready set meanwhile.
+  local earliest = tonumber(redis.call('HGET', P .. 'next', host))
+  if earliest and earliest > t then t = earliest end
   local key = P .. 'ready:' .. shard
   local s = redis.call('ZSCORE', key, host)
   if (not s) or ((not keep_parked) and tonumber(s) >= PARKED) then
@@ -42,7 +46,9 @@ local function release_slot(host, shard, now, default_delay)
   local left = redis.call('HINCRBY', P .. 'inf', host, -1)
   if left <= 0 then redis.call('HDEL', P .. 'inf', host) end
   redis.call('HINCRBY', P .. 'cnt', 'inflight', -1)
-  schedule(host, shard, now + host_delay(host, default_delay), false)
+  local d = host_delay(host, default_delay)
+  if d > 0 then redis.call('HSET', P .. 'next', host, now + d) end
+  schedule(host, shard, now + d, false)
 end
 local function done_check(now)
   local open = tonumber(redis.call('HGET', P .. 'cnt', 'open') or '0')
@@ -162,7 +168,10 @@ if redis.call('HGET', P .. 'meta', 'status') == 'running' then
       slots = slots - got
       total = total + got
       inf = inf + got
-      if got > 0 then redis.call('HSET', P .. 'inf', host, inf) end
+      if got > 0 then
+        redis.call('HSET', P .. 'inf', host, inf)
+        if hdelay > 0 then redis.call('HSET', P .. 'next', host, now + hdelay) end
+      end
       if redis.call('LLEN', qkey) == 0 then
         redis.call('ZREM', rkey, host)
       elseif inf >= per_host then

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from io import BytesIO
 from typing import IO
 from urllib.parse import urlsplit
@@ -39,7 +39,7 @@ class WarcFiles:
                 path = os.path.join(self.directory, name)
                 if not os.path.exists(path):
                     break
-            self._fh = open(path, "ab")
+            self._fh = open(path, "ab")  # noqa: SIM115 (kept open across batches, closed on rotation)
             self._writer = WARCWriter(self._fh, gzip=True)
         return self._writer
 
@@ -49,7 +49,7 @@ class WarcFiles:
             return  # nothing came back: there is no exchange to archive
         writer = self._open()
         target = rec.final_url or rec.url
-        date = datetime.fromtimestamp(rec.fetched_at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        date = datetime.fromtimestamp(rec.fetched_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         resp_id = f"<urn:uuid:{uuid.uuid5(_NS, f'{rec.job_id} {rec.url} {rec.fetch_id} response')}>"
         req_id = f"<urn:uuid:{uuid.uuid5(_NS, f'{rec.job_id} {rec.url} {rec.fetch_id} request')}>"
         headers = [*response_headers, ("Content-Length", str(len(body)))]

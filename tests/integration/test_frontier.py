@@ -70,6 +70,17 @@ def test_delay_spaces_requests_to_one_host(r: redis.Redis) -> None:
     assert _dispatch(f, done + 0.6, delay=0.5) == ["http://a.com/p1"]
 
 
+def test_delay_holds_when_host_queue_refills_after_emptying(r: redis.Redis) -> None:
+    f = _start(r)
+    f.admit(JOB, _urls("a.com", 1), 1)
+    (u0,) = _dispatch(f, time.time(), delay=0.5)  # the queue is empty now: the host leaves the ready set
+    f.fetched(JOB, [(u0, _token_of(r, u0))], lease_timeout=60, delay=0.5)
+    done = time.time()
+    f.admit(JOB, [Entry("http://a.com/new")], 1)  # links found on that page arrive
+    assert _dispatch(f, time.time(), delay=0.5) == []
+    assert _dispatch(f, done + 0.55, delay=0.5) == ["http://a.com/new"]
+
+
 def test_job_concurrency_caps_all_hosts(r: redis.Redis) -> None:
     f = _start(r)
     for h in range(10):
@@ -179,6 +190,6 @@ def test_submit_rejects_bad_seed_before_writing(r: redis.Redis) -> None:
 
     from crawler.errors import BadURL
 
-    with pytest.raises(BadURL, match="seed 'ftp://x.com/'"):
+    with pytest.raises(BadURL, match=r"seed 'ftp://x\.com/'"):
         jobs.submit(r, Settings.from_env({}), ["http://ok.com/", "ftp://x.com/"])
     assert r.dbsize() == 0

@@ -37,4 +37,4 @@ def test_job_settings_travel_and_process_settings_do_not() -> None:
 
 
 def test_readme_table_matches_settings_module() -> None:
-    assert settings_table() in README.read_text(), "regenerate with: python -m crawler.settings"
+    assert settings_table() in README.read_text(), "regenerate with: crawler settings"

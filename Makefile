@@ -1,0 +1,34 @@
+# Two commands set everything up and test it: `make install`, then `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Tests run in parallel, each process with its own private Redis; 2 cores here.
+PYTEST_WORKERS ?= auto
+
+.PHONY: install test lint unit demo settings-table clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+install: $(PY)
+	$(PY) -m pip install --quiet -e '.[test]'
+
+lint: $(PY)
+	$(PY) -m ruff check crawler tests
+
+test: lint
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -p no:cacheprovider --durations=10 $(PYTEST_ARGS)
+
+unit: $(PY)
+	$(PY) -m pytest -p no:cacheprovider tests/unit
+
+# One command, no servers to set up: serves a synthetic web on loopback and crawls it.
+demo: $(PY)
+	$(VENV)/bin/crawler demo --out crawl-out
+
+settings-table: $(PY)
+	$(VENV)/bin/crawler settings
+
+clean:
+	rm -rf crawl-out .pytest_cache .ruff_cache

@@ -1,0 +1,239 @@
+"""Whole crawls: the real CLI, real Celery workers, a real Redis, the synthetic web on loopback."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+
+from crawler import jobs
+from crawler.settings import Settings
+from crawler.sharding import shard_of_url
+from crawler.testweb import TestWeb
+from tests.conftest import ROOT, Workers, wait_done
+
+
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "crawler", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=env or dict(os.environ), timeout=timeout)
+
+
+def rows(db: Path) -> list[sqlite3.Row]:
+    conn = sqlite3.connect(db)
+    conn.row_factory = sqlite3.Row
+    try:
+        return conn.execute("SELECT * FROM pages").fetchall()
+    finally:
+        conn.close()
+
+
+def page_hits(web: TestWeb) -> Counter[str]:
+    return Counter(web.url(h.site, h.path) for h in web.hits())
+
+
+def no_private_redis_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
+
+
+def test_embedded_crawl_stores_the_reachable_set_once(make_web: Callable[..., TestWeb], tmp_path: Path) -> None:
+    web = make_web(5, 100)
+    out = tmp_path / "out"
+    # No Redis URL configured: the command must start its own.
+    res = cli("crawl", *web.seeds(), "--out", str(out), "--workers", "2", env=no_private_redis_env())
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"output: {out / 'crawl.db'}" in res.stdout
+
+    stored = rows(out / "crawl.db")
+    urls = [r["url"] for r in stored]
+    expected = web.reachable_urls()
+    assert len(urls) == len(set(urls)) == len(expected)
+    assert set(urls) == expected
+    hits = page_hits(web)
+    assert set(hits) == expected and max(hits.values()) == 1  # every page fetched exactly once
+    by_url = {r["url"]: r for r in stored}
+    assert by_url[web.url(0, "/")]["title"] == "Site 0 /" and by_url[web.url(0, "/")]["depth"] == 0
+    missing = [r for r in stored if r["status"] == 404]
+    assert missing and all(r["error"] == "http_4xx" for r in missing)
+    assert all(r["error"] is None for r in stored if r["status"] == 200)
+    assert json.loads(by_url[web.url(0, "/")]["outlinks"])
+    assert sqlite3.connect(out / "crawl.db").execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+    warcs = sorted((out / "warc").glob("*.warc.gz"))
+    assert warcs
+    index = []
+    for f in warcs:
+        listed = subprocess.run(
+            [sys.executable, "-m", "warcio.cli", "index", "-f", "warc-type,warc-target-uri", str(f)],
+            capture_output=True, text=True, check=True).stdout
+        index += [json.loads(line) for line in listed.splitlines()]
+    assert Counter(i["warc-type"] for i in index) == {"request": len(expected), "response": len(expected)}
+
+    exported = cli("export", str(out), "--format", "jsonl")
+    lines = [json.loads(line) for line in exported.stdout.splitlines()]
+    assert exported.returncode == 0 and {p["url"] for p in lines} == expected
+
+
+def _submit(*args: str) -> str:
+    res = cli("submit", *args)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip()
+
+
+def test_two_shard_workers_each_fetch_their_own_domains(make_web: Callable[..., TestWeb], workers: Workers,
+                                                        r: redis.Redis, tmp_path: Path) -> None:
+    web = make_web(5, 60)
+    workers.start("w0", "shard-0")
+    workers.start("w1", "shard-1")
+    db = tmp_path / "crawl.db"
+    job_id = _submit(*web.seeds(), "--shards", "2", "--store", f"sqlite:///{db}")
+    res = cli("status", job_id, "--wait", "--timeout", "90")
+    assert res.returncode == 0 and f"job {job_id}: done" in res.stdout, res.stdout + res.stderr
+    stored = rows(db)
+    assert {r["url"] for r in stored} == web.reachable_urls() and len(stored) == len(web.reachable_urls())
+    shards_used = set()
+    for row in stored:
+        shard = shard_of_url(row["url"], 2)
+        shards_used.add(shard)
+        assert row["fetched_by"].startswith(f"w{shard}@"), (row["url"], row["fetched_by"])
+    assert shards_used == {0, 1}
+    assert max(page_hits(web).values()) == 1
+
+
+def test_one_worker_serving_all_shards_gets_the_same_set(make_web: Callable[..., TestWeb], workers: Workers,
+                                                         r: redis.Redis, tmp_path: Path) -> None:
+    web = make_web(6, 40, base_ip="127.0.4.")  # these six addresses cover all four shards
+    workers.start("all", ",".join(f"shard-{i}" for i in range(4)))
+    job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{tmp_path}/c.db"), web.seeds())
+    st = wait_done(r, job_id)
+    stored = rows(tmp_path / "c.db")
+    assert {r["url"] for r in stored} == web.reachable_urls() and len(stored) == len(web.reachable_urls())
+    # Every shard had domains, and every shard's queue was drained by the one worker.
+    assert {shard_of_url(s, 4) for s in web.seeds()} == {0, 1, 2, 3}
+    assert st["counters"]["open"] == 0
+
+
+def test_max_depth_is_exact(make_web: Callable[..., TestWeb], workers: Workers, r: redis.Redis,
+                            tmp_path: Path) -> None:
+    web = make_web(3, 80, seed=7)
+    workers.start("w", "shard-0,shard-1,shard-2,shard-3")
+    job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{tmp_path}/c.db", max_depth=2), web.seeds())
+    wait_done(r, job_id)
+    stored = {row["url"]: row["depth"] for row in rows(tmp_path / "c.db")}
+    model_depths = web.model.reachable([(s, "/") for s in range(3)], max_depth=2)
+    expected = {web.url(s, p): d for (s, p), d in model_depths.items()}
+    assert stored == expected
+    assert len(expected) < len(web.reachable_urls())  # the limit did cut something
+
+
+def test_max_pages_is_exact(make_web: Callable[..., TestWeb], workers: Workers, r: redis.Redis,
+                            tmp_path: Path) -> None:
+    web = make_web(3, 80)
+    workers.start("w", "shard-0,shard-1,shard-2,shard-3")
+    job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{tmp_path}/c.db", max_pages=37), web.seeds())
+    st = wait_done(r, job_id)
+    assert len(rows(tmp_path / "c.db")) == 37
+    assert sum(page_hits(web).values()) == 37  # nothing fetched beyond the budget
+    assert st["counters"]["dropped_max_pages"] > 0
+
+
+def _crawl_time(r: redis.Redis, web: TestWeb, tmp_path: Path, name: str) -> float:
+    settings = Settings.from_env(store=f"sqlite:///{tmp_path}/{name}.db", delay=0.2, per_host=1)
+    start = time.monotonic()
+    wait_done(r, jobs.submit(r, settings, web.seeds()))
+    return time.monotonic() - start
+
+
+def test_politeness_delay_per_host_and_hosts_in_parallel(make_web: Callable[..., TestWeb], workers: Workers,
+                                                         r: redis.Redis, tmp_path: Path) -> None:
+    one = make_web(1, 15)
+    five = make_web(5, 15, base_ip="127.0.2.")
+    workers.start("w", "shard-0,shard-1,shard-2,shard-3")
+    t1 = _crawl_time(r, one, tmp_path, "one")
+    t5 = _crawl_time(r, five, tmp_path, "five")
+    for web in (one, five):
+        by_site: dict[int, list[float]] = {}
+        for h in web.hits():
+            by_site.setdefault(h.site, []).append(h.start)
+        assert sum(len(v) for v in by_site.values()) == len(web.reachable_urls())
+        for starts in by_site.values():
+            starts.sort()
+            gaps = [b - a for a, b in itertools.pairwise(starts)]
+            assert min(gaps) >= 0.2, min(gaps)
+    # Five times the pages on five hosts: the hosts proceed in parallel.
+    assert t5 < 2 * t1, (t1, t5)
+
+
+def test_store_message_delivered_twice_leaves_one_row(make_web: Callable[..., TestWeb], workers: Workers,
+                                                      r: redis.Redis, tmp_path: Path) -> None:
+    from crawler import tasks
+
+    web = make_web(1, 5)
+    workers.start("w", "shard-0,shard-1,shard-2,shard-3")
+    settings = Settings.from_env(store=f"sqlite:///{tmp_path}/c.db", warc_dir=str(tmp_path / "warc"))
+    job_id = jobs.submit(r, settings, web.seeds())
+    wait_done(r, job_id)
+    before = rows(tmp_path / "c.db")
+    warc_size = sum(f.stat().st_size for f in (tmp_path / "warc").glob("*"))
+    row = before[0]
+    page = {"url": row["url"], "depth": row["depth"], "referrer": row["referrer"], "final_url": row["final_url"],
+            "status": row["status"], "http_version": "HTTP/1.1", "headers": [], "request_headers": [],
+            "error": None, "fetched_at": row["fetched_at"], "elapsed": 0.0, "redirects": [], "body_key": "",
+            "content_length": 0, "content_sha1": "", "content_type": row["content_type"], "fetched_by": "again"}
+    shard = shard_of_url(row["url"], settings.shards)
+    with tasks.app.connection_for_write(workers.redis_url) as conn:
+        sent = [tasks.store.apply_async(args=(job_id, shard, row["fetch_id"], [page]), queue=f"shard-{shard}",
+                                        connection=conn) for _ in range(2)]
+    log = workers.log_dir / "w.log"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        text = log.read_text()
+        if all(f"crawler.store[{s.id}] succeeded" in text for s in sent):
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the store tasks did not run")
+    after = rows(tmp_path / "c.db")
+    assert [dict(a) for a in after] == [dict(b) for b in before]
+    assert sum(f.stat().st_size for f in (tmp_path / "warc").glob("*")) == warc_size
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_output(make_web: Callable[..., TestWeb], tmp_path: Path) -> None:
+    web = make_web(2, 200)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "crawler", "crawl", *web.seeds(), "--out", str(out),
+                             "--delay", "0.05", "--workers", "1"], cwd=ROOT, env=no_private_redis_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(web.hits()) < 20:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "interrupted" in stderr
+    stored = rows(out / "crawl.db")
+    assert 0 < len(stored) < len(web.reachable_urls())
+    assert sqlite3.connect(out / "crawl.db").execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    hits_then = len(web.hits())
+    time.sleep(1.0)
+    assert len(web.hits()) == hits_then  # nothing is still crawling
+
+
+def test_bad_input_gives_one_line_reason_and_nonzero_exit(tmp_path: Path) -> None:
+    res = cli("crawl", "ftp://example.com/", "--out", str(tmp_path / "o"), env=no_private_redis_env())
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines()[-1] == \
+        "crawler crawl: seed 'ftp://example.com/': scheme 'ftp' is not http or https"
+    res = cli("submit", "http://example.com/", "--store", "nope.db")
+    assert res.returncode == 2 and "has no scheme" in res.stderr
+    res = cli("status", "no-such-job", "--redis-url", "redis://127.0.0.1:1/0")
+    assert res.returncode == 1 and "cannot reach Redis" in res.stderr
