@@ -69,8 +69,10 @@ class RedisServer:
                 err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
                 raise RedisServerError(f"redis-server exited with {self.proc.returncode}: {err.strip()[:300]}")
             try:
-                client.ping()
-                return self
+                # Whoever answers must be our child: the port may have been taken meanwhile.
+                if int(client.info("server")["process_id"]) == self.proc.pid:
+                    return self
+                time.sleep(0.05)
             except redis.ConnectionError:
                 time.sleep(0.05)
             finally:

