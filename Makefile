@@ -28,7 +28,7 @@ demo: $(PY)
 	$(VENV)/bin/crawler demo --out crawl-out
 
 settings-table: $(PY)
-	$(VENV)/bin/crawler settings
+	$(VENV)/bin/crawler settings --readme README.md
 
 clean:
 	rm -rf crawl-out .pytest_cache .ruff_cache

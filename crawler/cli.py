@@ -183,7 +183,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_settings(args: argparse.Namespace) -> int:
     from crawler.settings import settings_table
 
-    print(settings_table())
+    table = settings_table()
+    if args.readme:
+        path = Path(args.readme)
+        text = path.read_text()
+        begin, end = "<!-- settings:begin -->\n", "<!-- settings:end -->"
+        if begin not in text or end not in text:
+            raise ValueError(f"{path} has no {begin.strip()} ... {end} markers")
+        head, rest = text.split(begin, 1)
+        path.write_text(head + begin + table + "\n" + end + rest.split(end, 1)[1])
+    else:
+        print(table)
     return 0
 
 
@@ -234,6 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--job", help="only this job's pages")
     e.set_defaults(func=cmd_export)
     t = sub.add_parser("settings", help="print the settings table (defaults, env names, meaning)")
+    t.add_argument("--readme", metavar="FILE", help="rewrite the table between the markers in FILE")
     t.set_defaults(func=cmd_settings)
     return p
 

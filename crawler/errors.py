@@ -35,6 +35,13 @@ TooLarge = _define("TooLarge", Permanent, "too_large", "The body passed the size
 RedirectLoop = _define("RedirectLoop", Permanent, "redirect_loop",
                        "A redirect came back to a URL already in its chain.")
 TooManyRedirects = _define("TooManyRedirects", Permanent, "too_many_redirects", "The redirect chain passed the cap.")
+BlockedNetwork = _define("BlockedNetwork", Permanent, "blocked_network",
+                         "The address is loopback, private, link-local, multicast or reserved.")
+OutOfScope = _define("OutOfScope", Permanent, "out_of_scope", "A redirect left the job's allowed domains.")
+RobotsDisallowed = _define("RobotsDisallowed", Permanent, "robots", "robots.txt disallows the URL.")
+NotHTML = _define("NotHTML", Permanent, "not_html", "Not HTML: stored as metadata, body not read or parsed.")
+LeaseExpired = _define("LeaseExpired", Permanent, "lease_expired",
+                       "Workers took the URL and never finished it, max_attempts times over.")
 BadURL = _define("BadURL", Permanent, "bad_url", "The URL cannot be fetched (scheme, syntax, length).")
 Decode = _define("Decode", Permanent, "decode", "The body could not be decoded.")
 ProtocolError = _define("ProtocolError", Retryable, "protocol", "The server broke the HTTP protocol.")
@@ -42,5 +49,6 @@ ProtocolError = _define("ProtocolError", Retryable, "protocol", "The server brok
 REASONS: dict[str, type[CrawlError]] = {
     cls.reason: cls
     for cls in (DNSError, ConnectError, TimeoutError_, HTTP5xx, HTTP429, TLSError, HTTP4xx, TooLarge,
-                RedirectLoop, TooManyRedirects, BadURL, Decode, ProtocolError)
+                RedirectLoop, TooManyRedirects, BadURL, Decode, ProtocolError, BlockedNetwork, OutOfScope,
+                RobotsDisallowed, NotHTML, LeaseExpired)
 }

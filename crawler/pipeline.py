@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,16 +18,20 @@ from typing import Any
 
 from redis import Redis
 
-from crawler import jobs
+from crawler import errors, jobs
 from crawler.errors import BadURL
-from crawler.fetch import FetchConfig, Fetcher, fetch_batch
-from crawler.frontier import Entry, Frontier, keys
+from crawler.fetch import FetchConfig, Fetcher
+from crawler.fetch.client import runtime
+from crawler.fetch.robots import RobotsPolicy, origin_of
+from crawler.frontier import Entry, Fetched, Frontier, keys
+from crawler.frontier.ratecontrol import backoff, parse_retry_after
 from crawler.jobs import Job
 from crawler.parse import is_html, parse_html
+from crawler.politeness import Politeness, blocked_result, header, is_retryable
 from crawler.sharding import shard_of_url
 from crawler.store import PageRecord, Store, open_store
 from crawler.store.warc import WarcFiles
-from crawler.urls import canonicalize, domain_of
+from crawler.urls import canonicalize, domain_of, repeated_segments
 
 # How long a fetched body may wait in Redis for parse and store: past any lease.
 BODY_TTL = 3600
@@ -47,6 +52,7 @@ class Context:
 
     def __post_init__(self) -> None:
         self.frontier = Frontier(self.redis)
+        self.politeness = Politeness(self.redis)
 
     def store(self, url: str) -> Store:
         s = self._stores.get(url)
@@ -69,25 +75,54 @@ class Context:
 
 def fetch_config(job: Job) -> FetchConfig:
     s = job.settings
+    resolve = tuple(tuple(item.split("=", 1)) for item in s.resolve)
     return FetchConfig(user_agent=s.user_agent, connect_timeout=s.connect_timeout, read_timeout=s.read_timeout,
-                       deadline=s.request_deadline, max_redirects=s.max_redirects, max_body=s.max_body)
+                       deadline=s.request_deadline, max_redirects=s.max_redirects, max_body=s.max_body,
+                       allow_networks=tuple(s.allow_networks), resolve=resolve,  # type: ignore[arg-type]
+                       dns_ttl=s.dns_ttl)
 
 
 def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) -> list[Page]:
-    """Fetch the leased entries concurrently; bodies go to Redis under keys with a TTL."""
+    """Fetch the leased entries concurrently, within robots.txt; retryable failures go back to
+    the frontier to wait out a backoff, everything else comes back as pages for parse and
+    store. Bodies go to Redis under keys with a TTL."""
     s = job.settings
     entries = [Entry.decode(e) for e in raw_entries]
     held = ctx.frontier.begin(job.id, [(e.url, token) for e in entries], s.lease_timeout)
-    todo = [e for e, ok in zip(entries, held, strict=False) if ok]
+    todo = [e for e, ok in zip(entries, held, strict=True) if ok]
     if len(todo) < len(entries):
         jobs.count(ctx.redis, job.id, stale_leases=len(entries) - len(todo))
     if not todo:
         return []
-    results = fetch_batch([e.url for e in todo], fetch_config(job), ctx.fetcher)
+    config = fetch_config(job)
+    rt = runtime()
+    fetcher = ctx.fetcher or rt.fetcher(config)
+    policies: dict[str, RobotsPolicy] = {}
+    fresh: dict[str, RobotsPolicy] = {}
+    blocked: dict[str, str] = {}
+    if s.obey_robots:
+        policies, fresh = ctx.politeness.policies([e.url for e in todo], job, fetcher, config, rt.run)
+        for e in todo:
+            if not policies[origin_of(e.url)].allowed(e.url, s.robots_user_agent):
+                blocked[e.url] = errors.RobotsDisallowed.reason
+    go = [e.url for e in todo if e.url not in blocked]
+    check = ctx.politeness.hop_check(job, fetcher, config, fresh)
+    fetched = dict(zip(go, rt.run(fetcher.fetch_many(go, config, check)), strict=True)) if go else {}
+    results = [fetched.get(e.url) or blocked_result(e.url, blocked[e.url]) for e in todo]
+
+    now = time.time()
     pipe = ctx.redis.pipeline(transaction=False)
     pages: list[Page] = []
+    done: list[Fetched] = []
     nbytes = failed = 0
-    for i, (e, r) in enumerate(zip(todo, results, strict=False)):
+    for i, (e, r) in enumerate(zip(todo, results, strict=True)):
+        if is_retryable(r.error) and e.attempts + 1 < s.max_attempts:
+            retry_after = parse_retry_after(header(r, "retry-after")) if r.status in (429, 503) else None
+            wait = backoff(e.attempts, base=s.retry_base, cap=s.max_delay * 10, retry_after=retry_after)
+            done.append(Fetched(e.url, token, now + wait, r.ip))
+            pipe.hincrby(keys.counters(job.id), f"retry:{r.error}", 1)
+            continue
+        done.append(Fetched(e.url, token, 0.0, r.ip))
         body_key = ""
         if r.body:
             body_key = keys.body(job.id, token, i)
@@ -102,13 +137,31 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
             "request_headers": r.request_headers, "error": r.error, "fetched_at": r.fetched_at,
             "elapsed": round(r.elapsed, 4), "redirects": r.redirects, "body_key": body_key,
             "content_length": len(r.body), "content_sha1": r.sha1, "content_type": r.content_type,
-            "fetched_by": ctx.node,
+            "fetched_by": ctx.node, "attempts": e.attempts + 1,
         })
-    jobs.count(pipe, job.id, fetched=len(todo), failed=failed, bytes=nbytes)
-    ctx.frontier.fetched(job.id, [(e.url, token) for e in todo], lease_timeout=s.lease_timeout,
-                         delay=s.delay, pipe=pipe)
+    delays = ctx.politeness.delay_updates(job, results, policies)
+    if delays:
+        pipe.hset(keys.prefix(job.id) + "delay", mapping=delays)  # type: ignore[arg-type]
+    jobs.count(pipe, job.id, fetched=len(pages), failed=failed, bytes=nbytes)
+    ctx.frontier.fetched(job.id, done, lease_timeout=s.lease_timeout, delay=s.delay, pipe=pipe)
     pipe.execute()
+    if s.sitemaps and fresh:
+        _admit_sitemaps(ctx, job, ctx.politeness.sitemap_urls(job, fresh, fetcher, config, rt.run))
     return pages
+
+
+def _admit_sitemaps(ctx: Context, job: Job, found: list[tuple[str, str]]) -> None:
+    links = [[url, 1, sitemap] for url, sitemap in found if not job.allowed or _in_scope(url, job)]
+    if links:
+        admitted = dedup_stage(ctx, job, "", links)
+        jobs.count(ctx.redis, job.id, sitemap_urls=len(admitted))
+
+
+def _in_scope(url: str, job: Job) -> bool:
+    try:
+        return domain_of(url) in job.allowed
+    except ValueError:
+        return False
 
 
 def parse_stage(ctx: Context, job: Job, token: str, pages: list[Page]) -> tuple[list[Page], dict[int, list[Link]]]:
@@ -119,28 +172,29 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[Page]) -> tuple[
     want = [p for p in pages if p["body_key"] and p["status"] == 200 and is_html(p["content_type"])]
     bodies = ctx.redis.mget([p["body_key"] for p in want]) if want else []
     batches: dict[int, list[Link]] = defaultdict(list)
-    skipped = out_of_scope = 0
-    for page, body in zip(want, bodies, strict=False):
+    bad = out_of_scope = 0
+    for page, body in zip(want, bodies, strict=True):
         if body is None:
             continue  # the body expired: the lease will have expired too and the URL comes back
         parsed = parse_html(page["final_url"], body, page["content_type"])
+        outlinks: list[str] = []
+        for link in parsed.links:
+            try:
+                outlinks.append(canonicalize(link, s.max_url_length))
+            except BadURL:
+                bad += 1
         page.update(title=parsed.title, canonical=parsed.canonical, noindex=parsed.noindex,
-                    outlinks=parsed.links)
-        skipped += parsed.skipped_links
+                    outlinks=outlinks)
+        bad += parsed.skipped_links
         child_depth = page["depth"] + 1
         if parsed.nofollow or (s.max_depth and child_depth > s.max_depth):
             continue
-        for link in parsed.links:
-            try:
-                if job.allowed and domain_of(link) not in job.allowed:
-                    out_of_scope += 1
-                    continue
-                target = shard_of_url(link, s.shards)
-            except ValueError:
-                skipped += 1
+        for link in outlinks:
+            if job.allowed and domain_of(link) not in job.allowed:
+                out_of_scope += 1
                 continue
-            batches[target].append([link, child_depth, page["url"]])
-    jobs.count(ctx.redis, job.id, parsed=len(want), links_skipped=skipped, links_out_of_scope=out_of_scope)
+            batches[shard_of_url(link, s.shards)].append([link, child_depth, page["url"]])
+    jobs.count(ctx.redis, job.id, parsed=len(want), bad_url=bad, links_out_of_scope=out_of_scope)
     ctx.frontier.expect(job.id, [link_token(token, shard) for shard in batches])
     return pages, dict(batches)
 
@@ -154,20 +208,23 @@ def dedup_stage(ctx: Context, job: Job, token: str, links: Sequence[Link]) -> li
     """Canonicalise links and admit the ones this job has not seen; return those URLs."""
     s = job.settings
     best: dict[str, Entry] = {}
-    bad = 0
+    bad = traps = 0
     for url, depth, referrer in links:
         try:
             canon = canonicalize(url, s.max_url_length)
         except BadURL:
             bad += 1
             continue
+        if s.max_repeated_segments and repeated_segments(canon) > s.max_repeated_segments:
+            traps += 1
+            continue
         prev = best.get(canon)
         if prev is None or depth < prev.depth:
             best[canon] = Entry(canon, depth, referrer)
-    if bad:
-        jobs.count(ctx.redis, job.id, bad_url=bad)
+    if bad or traps:
+        jobs.count(ctx.redis, job.id, bad_url=bad, dropped_trap=traps)
     return ctx.frontier.admit(job.id, list(best.values()), s.shards, token=token, budget=s.max_pages,
-                              max_depth=s.max_depth)
+                              max_depth=s.max_depth, host_budget=s.max_pages_per_host)
 
 
 def store_stage(ctx: Context, job: Job, token: str, pages: list[Page]) -> int:
@@ -197,6 +254,15 @@ def store_stage(ctx: Context, job: Job, token: str, pages: list[Page]) -> int:
     if body_keys:
         ctx.redis.unlink(*body_keys)
     return len(written)
+
+
+def failed_page(raw_entry: str, reason: str) -> Page:
+    """A page that was never fetched, to be stored with its reason."""
+    e = Entry.decode(raw_entry)
+    return {"url": e.url, "depth": e.depth, "referrer": e.referrer, "final_url": e.url, "status": None,
+            "http_version": "HTTP/1.1", "headers": [], "request_headers": [], "error": reason,
+            "fetched_at": time.time(), "elapsed": 0.0, "redirects": [], "body_key": "", "content_length": 0,
+            "content_sha1": "", "content_type": "", "attempts": e.attempts}
 
 
 def to_record(job_id: str, token: str, node: str, p: Page) -> PageRecord:

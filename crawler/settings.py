@@ -29,6 +29,21 @@ class Settings:
     max_depth: int = _s(0, "Follow links at most this many hops from a seed (0: no limit)", job=True)
     delay: float = _s(0.0, "Seconds between the end of one request to a host and the start of the next", job=True)
     per_host: int = _s(1, "Requests in flight per host at most", job=True)
+    per_ip: int = _s(0, "Requests in flight per IP address at most, over all its host names (0: same as per_host)", job=True)
+    autothrottle: bool = _s(True, "Adapt each host's delay: grow it with response time and on 429/503, shrink it back while healthy", job=True)
+    max_delay: float = _s(60.0, "Adaptive delays and Retry-After never exceed this many seconds", job=True)
+    obey_robots: bool = _s(True, "Fetch and obey robots.txt (RFC 9309)", job=True)
+    robots_user_agent: str = _s("crawler", "User-agent token matched against robots.txt groups", job=True)
+    robots_ttl: float = _s(86400.0, "Seconds a fetched robots.txt is cached (shared by all workers)", job=True)
+    robots_retry: float = _s(300.0, "Seconds a host whose robots.txt failed (5xx, unreachable) stays disallowed before retrying", job=True)
+    sitemaps: bool = _s(False, "Seed the job with the URLs of the Sitemap: files robots.txt lists", job=True)
+    max_attempts: int = _s(3, "Fetch attempts for retryable failures (dns, connect, timeout, 5xx, 429)", job=True)
+    retry_base: float = _s(2.0, "Seconds before the first retry; doubles each attempt, with jitter", job=True)
+    max_pages_per_host: int = _s(0, "Pages admitted per host at most: stops session-id and calendar traps (0: no limit)", job=True)
+    max_repeated_segments: int = _s(3, "URLs repeating one path segment more often are dropped as traps (0: no limit)", job=True)
+    allow_networks: list = _s([], "Networks (CIDR) fetched although not public; by default loopback, private, link-local, CGNAT, multicast and reserved addresses are never contacted", job=True)
+    resolve: list = _s([], "Fixed DNS answers HOST=IP (like curl --resolve)", job=True)
+    dns_ttl: float = _s(300.0, "Seconds a DNS answer is cached per worker process", job=True)
     concurrency: int = _s(64, "Requests in flight per job at most, over all hosts and shards", job=True)
     allow_domains: list = _s([], "Registered domains in scope (empty: the seeds' own)", job=True)
     user_agent: str = _s("crawler/0.1 (+https://example.invalid/bot)", "User-Agent header sent with every request", job=True)
@@ -63,12 +78,18 @@ class Settings:
         return cls(**values).validated()
 
     def validated(self) -> Settings:
-        for name in ("shards", "per_host", "concurrency", "fetch_batch"):
+        for name in ("shards", "per_host", "concurrency", "fetch_batch", "max_attempts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"setting {name} must be >= 1, got {getattr(self, name)}")
         for name in ("max_pages", "max_depth", "delay", "max_redirects", "max_body"):
             if getattr(self, name) < 0:
                 raise ValueError(f"setting {name} must be >= 0, got {getattr(self, name)}")
+        from crawler.fetch.netguard import parse_networks
+
+        parse_networks(self.allow_networks)
+        for item in self.resolve:
+            if "=" not in item:
+                raise ValueError(f"resolve entry {item!r} is not HOST=IP")
         if self.task_time_limit >= self.visibility_timeout:
             raise ValueError("task_time_limit must be shorter than visibility_timeout, or Redis redelivers running tasks")
         return self

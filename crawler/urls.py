@@ -87,6 +87,13 @@ def domain_of(url: str) -> str:
     return registered_domain(urlsplit(url).netloc)
 
 
+def repeated_segments(url: str) -> int:
+    """How often the most repeated path segment occurs (``/a/b/a/b/a`` -> 3): the mark of a
+    relative-link loop that makes ever-longer URLs for the same pages."""
+    segments = [s for s in urlsplit(url).path.split("/") if s]
+    return max((segments.count(s) for s in set(segments)), default=0)
+
+
 def in_scope(url: str, allowed: frozenset[str]) -> bool:
     """True if the URL's registered domain is one of ``allowed`` (empty: everything)."""
     return not allowed or domain_of(url) in allowed

@@ -19,6 +19,15 @@ from crawler.testweb import TestWeb, WebModel
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The loopback networks the test webs live on. Everything else, 127.0.9.0/24 included, stays
+# blocked by the network guard, as it is for a real crawl.
+TEST_NETWORKS = "127.0.0.1/32,127.0.1.0/24,127.0.2.0/24,127.0.4.0/24"
+
+
+@pytest.fixture(autouse=True)
+def _test_networks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRAWLER_ALLOW_NETWORKS", TEST_NETWORKS)
+
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:

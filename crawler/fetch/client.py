@@ -13,15 +13,19 @@ import hashlib
 import os
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urljoin
 
+import httpcore
 import httpx
 
 from crawler import errors
+from crawler.fetch.netguard import GuardedBackend, NetworkGuard, Resolver, parse_networks
 from crawler.urls import canonicalize
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,18 @@ class FetchConfig:
     deadline: float = 30.0
     max_redirects: int = 5
     max_body: int = 5_000_000
+    allow_networks: tuple[str, ...] = ()  # fetched although not public (the guard's exceptions)
+    resolve: tuple[tuple[str, str], ...] = ()  # fixed DNS answers, like curl --resolve
+    dns_ttl: float = 300.0
+    html_only: bool = True  # do not read bodies that are not HTML
+
+    @property
+    def network_key(self) -> tuple[object, ...]:
+        return (self.allow_networks, self.resolve, self.dns_ttl)
+
+
+# Checks a redirect target before it is followed: returns a reason code to stop, or None.
+HopCheck = Callable[[str], Awaitable[str | None]]
 
 
 @dataclass
@@ -47,6 +63,7 @@ class FetchResult:
     fetched_at: float = 0.0
     elapsed: float = 0.0
     redirects: list[tuple[int, str]] = field(default_factory=list)  # (status, url) per hop
+    ip: str = ""  # the address actually connected to
 
     @property
     def content_type(self) -> str:
@@ -61,8 +78,10 @@ class FetchResult:
 
 
 class Fetcher(Protocol):
-    async def fetch_many(self, urls: Sequence[str], config: FetchConfig) -> list[FetchResult]:
-        """One result per URL, in order; failures are results with ``error`` set, never raised."""
+    async def fetch_many(self, urls: Sequence[str], config: FetchConfig,
+                         check: HopCheck | None = None) -> list[FetchResult]:
+        """One result per URL, in order; failures are results with ``error`` set, never raised.
+        ``check`` vets every redirect target before it is followed."""
         ...
 
 
@@ -104,21 +123,22 @@ class HttpFetcher:
     def __init__(self, client: httpx.AsyncClient) -> None:
         self.client = client
 
-    async def fetch_many(self, urls: Sequence[str], config: FetchConfig) -> list[FetchResult]:
-        return list(await asyncio.gather(*(self.fetch_one(u, config) for u in urls)))
+    async def fetch_many(self, urls: Sequence[str], config: FetchConfig,
+                         check: HopCheck | None = None) -> list[FetchResult]:
+        return list(await asyncio.gather(*(self.fetch_one(u, config, check) for u in urls)))
 
-    async def fetch_one(self, url: str, config: FetchConfig) -> FetchResult:
+    async def fetch_one(self, url: str, config: FetchConfig, check: HopCheck | None = None) -> FetchResult:
         result = FetchResult(url=url, final_url=url, fetched_at=time.time())
         start = time.monotonic()
         try:
             async with asyncio.timeout(config.deadline):
-                await self._follow(result, config)
+                await self._follow(result, config, check)
         except Exception as exc:  # every failure becomes a named result, never a crashed batch
             result.error = map_exception(exc)
         result.elapsed = time.monotonic() - start
         return result
 
-    async def _follow(self, result: FetchResult, config: FetchConfig) -> None:
+    async def _follow(self, result: FetchResult, config: FetchConfig, check: HopCheck | None) -> None:
         timeout = httpx.Timeout(config.read_timeout, connect=config.connect_timeout)
         seen = {result.url}
         current = result.url
@@ -135,14 +155,23 @@ class HttpFetcher:
                         raise errors.RedirectLoop(f"{current} -> {nxt}")
                     seen.add(nxt)
                     current = nxt
+                    result.final_url = current
+                    reason = await check(nxt) if check else None
+                    if reason:
+                        result.error = reason
+                        return
                     continue
                 result.final_url = current
                 result.status = response.status_code
                 result.http_version = response.http_version
+                result.ip = _peer_ip(response)
                 result.request_headers = [(k.decode(), v.decode()) for k, v in request.headers.raw]
                 # The body is stored decoded, so the encoding headers no longer describe it.
                 result.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers.raw
                                   if k.lower() not in (b"content-encoding", b"transfer-encoding", b"content-length")]
+                if config.html_only and response.status_code == 200 and not _is_html(result.content_type):
+                    result.error = errors.NotHTML.reason
+                    return
                 result.body, cut = await _read_capped(response, config.max_body)
                 result.error = errors.TooLarge.reason if cut else status_error(response.status_code)
                 return
@@ -150,6 +179,17 @@ class HttpFetcher:
                 await response.aclose()
         result.final_url = current
         raise errors.TooManyRedirects(f"more than {config.max_redirects} redirects")
+
+
+def _is_html(content_type: str) -> bool:
+    ct = content_type.split(";", 1)[0].strip().lower()
+    return ct in ("text/html", "application/xhtml+xml", "")
+
+
+def _peer_ip(response: httpx.Response) -> str:
+    stream = response.extensions.get("network_stream")
+    addr = stream.get_extra_info("server_addr") if stream is not None else None
+    return str(addr[0]) if addr else ""
 
 
 async def _read_capped(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
@@ -164,34 +204,66 @@ async def _read_capped(response: httpx.Response, limit: int) -> tuple[bytes, boo
     return b"".join(chunks), False
 
 
-def new_client() -> httpx.AsyncClient:
+class GuardedTransport(httpx.AsyncHTTPTransport):
+    """httpx's transport with a connection pool whose every connection goes through the
+    network guard."""
+
+    def __init__(self, backend: httpcore.AsyncNetworkBackend, limits: httpx.Limits) -> None:
+        super().__init__(limits=limits, trust_env=False)
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=httpx.create_ssl_context(trust_env=False),
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            http1=True, http2=False, network_backend=backend,
+        )
+
+
+def new_client(config: FetchConfig) -> httpx.AsyncClient:
+    guard = NetworkGuard(parse_networks(config.allow_networks))
+    resolver = Resolver(ttl=config.dns_ttl, overrides=dict(config.resolve))
+    limits = httpx.Limits(max_connections=512, max_keepalive_connections=128, keepalive_expiry=30)
     # trust_env=False: proxy variables from the environment must never redirect crawl traffic.
-    return httpx.AsyncClient(
-        follow_redirects=False, trust_env=False, http2=False,
-        limits=httpx.Limits(max_connections=512, max_keepalive_connections=128, keepalive_expiry=30),
-    )
+    return httpx.AsyncClient(follow_redirects=False, trust_env=False,
+                             transport=GuardedTransport(GuardedBackend(guard, resolver), limits))
 
 
-class _Runtime:
-    """One event loop and one HTTP client per process, kept across tasks so connections are
-    reused; rebuilt after a fork."""
+class Runtime:
+    """One event loop per process and one HTTP client per network policy, kept across tasks so
+    connections are reused; rebuilt after a fork. Jobs with different guard settings never
+    share a pooled connection."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
-        self.fetcher = HttpFetcher(self.loop.run_until_complete(_make_client()))
+        self._fetchers: dict[tuple[object, ...], HttpFetcher] = {}
+
+    def fetcher(self, config: FetchConfig) -> HttpFetcher:
+        f = self._fetchers.get(config.network_key)
+        if f is None:
+            f = self._fetchers[config.network_key] = HttpFetcher(self.run(_make_client(config)))
+        return f
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run_until_complete(coro)
 
 
-async def _make_client() -> httpx.AsyncClient:
-    return new_client()
+async def _make_client(config: FetchConfig) -> httpx.AsyncClient:
+    return new_client(config)
 
 
-_runtime: _Runtime | None = None
+_runtime: Runtime | None = None
 
 
-def fetch_batch(urls: Sequence[str], config: FetchConfig, fetcher: Fetcher | None = None) -> list[FetchResult]:
-    """Fetch URLs concurrently from synchronous code (a Celery task)."""
+def runtime() -> Runtime:
     global _runtime
     if _runtime is None or _runtime.pid != os.getpid():
-        _runtime = _Runtime()
-    return _runtime.loop.run_until_complete((fetcher or _runtime.fetcher).fetch_many(urls, config))
+        _runtime = Runtime()
+    return _runtime
+
+
+def fetch_batch(urls: Sequence[str], config: FetchConfig, fetcher: Fetcher | None = None,
+                check: HopCheck | None = None) -> list[FetchResult]:
+    """Fetch URLs concurrently from synchronous code (a Celery task)."""
+    rt = runtime()
+    return rt.run((fetcher or rt.fetcher(config)).fetch_many(urls, config, check))

@@ -30,6 +30,23 @@ class Dispatched:
     saturated: bool = False  # the job's concurrency is spent: more is due than could go
 
 
+@dataclass(frozen=True)
+class Fetched:
+    """One finished request, as the frontier needs it."""
+
+    url: str
+    token: str
+    retry_at: float = 0.0  # > 0: try again then
+    ip: str = ""  # the address the host answered from
+
+
+@dataclass(frozen=True)
+class Reaped:
+    returned: int
+    token: str
+    abandoned: list[tuple[Entry, int]]  # (entry, shard), leased under ``token``
+
+
 def new_token() -> str:
     return uuid.uuid4().hex[:16]
 
@@ -47,16 +64,19 @@ class Frontier:
         self._fetched = redis.register_script(lua.FETCHED)
         self._release = redis.register_script(lua.RELEASE)
         self._reap = redis.register_script(lua.REAP)
+        self._promote = redis.register_script(lua.PROMOTE)
 
     def admit(self, job: str, entries: Sequence[Entry], shards: int, *, token: str = "",
-              budget: int = 0, max_depth: int = 0, now: float | None = None) -> list[str]:
+              budget: int = 0, max_depth: int = 0, host_budget: int = 0, now: float | None = None) -> list[str]:
         """Queue the entries whose canonical URL this job has not seen; return those URLs.
 
         ``token`` names a link batch registered with ``expect``; a batch admitted once is
         ignored when delivered again. ``budget`` caps the URLs a job ever admits (0: none).
         ``max_depth`` (0: none) lets a URL found again by a shorter path be expanded again.
+        ``host_budget`` caps the URLs admitted per host (0: none).
         """
-        args: list[str | int | float] = [keys.prefix(job), job, token, now or time.time(), budget, max_depth]
+        args: list[str | int | float] = [keys.prefix(job), job, token, now or time.time(), budget, max_depth,
+                                         host_budget]
         for e in entries:
             args += [e.url, host_key(e.url), shard_of_url(e.url, shards), e.encode()]
         return [u.decode() for u in self._admit(args=args)]
@@ -67,11 +87,12 @@ class Frontier:
             self.redis.sadd(keys.prefix(job) + "pend", *tokens)
 
     def dispatch(self, job: str, shard: int, *, max_urls: int, per_host: int, delay: float,
-                 lease_timeout: float, concurrency: int, now: float | None = None) -> Dispatched:
+                 lease_timeout: float, concurrency: int, per_ip: int = 0, now: float | None = None) -> Dispatched:
+        """Lease the URLs of due hosts within the host, address and job budgets."""
         now = time.time() if now is None else now
         token = new_token()
         flat, nxt, slots = self._dispatch(args=[keys.prefix(job), job, shard, now, max_urls, per_host, delay,
-                                         now + lease_timeout, token, concurrency])
+                                                now + lease_timeout, token, concurrency, per_ip])
         items = [(Entry.decode(flat[i]), flat[i + 1].decode()) for i in range(0, len(flat), 2)]
         due = float(nxt) if nxt else None
         return Dispatched(token, items, due if due is not None and due < lua.PARKED else None, int(slots) == 0)
@@ -84,13 +105,15 @@ class Frontier:
         res = self._begin(args=[keys.prefix(job), job, time.time() + lease_timeout, *_flat(leases)])
         return [bool(r) for r in res]
 
-    def fetched(self, job: str, leases: Sequence[Lease], *, lease_timeout: float, delay: float,
+    def fetched(self, job: str, done: Sequence[Fetched], *, lease_timeout: float, delay: float,
                 pipe: object | None = None) -> None:
         """The requests are over: free their hosts' slots (the host may go again after its
-        delay) and renew the leases until the pages are stored."""
-        if leases:
+        delay), learn the hosts' addresses, renew the leases until the pages are stored, and send
+        those with a ``retry_at`` to wait out their backoff."""
+        if done:
             now = time.time()
-            self._fetched(args=[keys.prefix(job), job, now, now + lease_timeout, delay, *_flat(leases)],
+            flat = [part for f in done for part in (f.url, f.token, f.retry_at, f.ip)]
+            self._fetched(args=[keys.prefix(job), job, now, now + lease_timeout, delay, *flat],
                           client=pipe or self.redis)
 
     def release(self, job: str, leases: Sequence[Lease], *, delay: float, max_depth: int = 0) -> int:
@@ -99,9 +122,21 @@ class Frontier:
             return 0
         return int(self._release(args=[keys.prefix(job), job, time.time(), delay, max_depth, *_flat(leases)]))
 
-    def reap(self, job: str, *, delay: float, now: float | None = None, limit: int = 1000) -> int:
-        """Return expired leases to the front of their host queues. Returns how many."""
-        return int(self._reap(args=[keys.prefix(job), job, now or time.time(), delay, limit]))
+    def reap(self, job: str, *, delay: float, max_attempts: int, now: float | None = None,
+             limit: int = 1000) -> Reaped:
+        """Return expired leases to the front of their host queues, one more attempt counted;
+        those out of attempts are re-leased under ``Reaped.token`` for the caller to store as
+        failed (``lease_expired``)."""
+        token = new_token()
+        back, gone = self._reap(args=[keys.prefix(job), job, now or time.time(), delay, limit, max_attempts, token])
+        abandoned = [(Entry.decode(gone[i]), int(gone[i + 1])) for i in range(0, len(gone), 2)]
+        return Reaped(int(back), token, abandoned)
+
+    def promote(self, job: str, *, now: float | None = None, limit: int = 1000) -> float | None:
+        """Move retries whose backoff is over back to their host queues; return when the next
+        one is due, if any."""
+        _moved, nxt = self._promote(args=[keys.prefix(job), job, now or time.time(), limit])
+        return float(nxt) if nxt else None
 
     def queued(self, job: str, shard: int) -> int:
         """Hosts waiting in a shard's ready set (for status and tests)."""

@@ -24,6 +24,8 @@ from crawler.sharding import shard_of_queue
 log = logging.getLogger(__name__)
 
 SendFetch = Callable[[str, int, str, list[str]], None]  # (job, shard, token, entries)
+# (job, shard, token, entries): URLs out of attempts, to be stored as failed
+SendFailed = Callable[[str, int, str, list[str]], None]
 
 IDLE_WAIT = 1.0  # longest sleep: bounds how late a new job or an expired lease is noticed
 BUSY_WAIT = 0.05  # poll interval while a job's concurrency is spent
@@ -32,11 +34,13 @@ REAP_EVERY = 1.0
 
 
 class Dispatcher:
-    def __init__(self, client: redis.Redis, shards: Sequence[int], send_fetch: SendFetch) -> None:
+    def __init__(self, client: redis.Redis, shards: Sequence[int], send_fetch: SendFetch,
+                 send_failed: SendFailed) -> None:
         self.redis = client
         self.frontier = Frontier(client)
         self.shards = list(shards)
         self.send_fetch = send_fetch
+        self.send_failed = send_failed
         self._stop = threading.Event()
         self._last_reap: dict[str, float] = {}
 
@@ -52,15 +56,16 @@ class Dispatcher:
             s = job.settings
             if now - self._last_reap.get(job_id, 0.0) >= REAP_EVERY:
                 self._last_reap[job_id] = now
-                expired = self.frontier.reap(job_id, delay=s.delay, now=now)
-                if expired:
-                    log.warning("job %s: %d leases expired and went back to their host queues", job_id, expired)
+                self._reap(job_id, s.delay, s.max_attempts, now)
+            due = self.frontier.promote(job_id, now=now)
+            if due is not None:
+                wake_at = min(wake_at, due)
             for shard in self.shards:
                 if shard >= s.shards:
                     continue
                 d = self.frontier.dispatch(job_id, shard, max_urls=s.concurrency, per_host=s.per_host,
                                            delay=s.delay, lease_timeout=s.lease_timeout,
-                                           concurrency=s.concurrency, now=now)
+                                           concurrency=s.concurrency, per_ip=s.per_ip, now=now)
                 entries = [e.encode() for e, _host in d.items]
                 for i in range(0, len(entries), s.fetch_batch):
                     self.send_fetch(job_id, shard, d.token, entries[i : i + s.fetch_batch])
@@ -69,6 +74,17 @@ class Dispatcher:
                 elif d.next_due is not None:
                     wake_at = min(wake_at, d.next_due)
         return max(0.0, wake_at - time.time())
+
+    def _reap(self, job_id: str, delay: float, max_attempts: int, now: float) -> None:
+        reaped = self.frontier.reap(job_id, delay=delay, max_attempts=max_attempts, now=now)
+        if reaped.returned:
+            log.warning("job %s: %d leases expired and went back to their host queues", job_id, reaped.returned)
+        by_shard: dict[int, list[str]] = {}
+        for entry, shard in reaped.abandoned:
+            by_shard.setdefault(shard, []).append(entry.encode())
+        for shard, entries in by_shard.items():
+            log.error("job %s: %d URLs expired %d times; storing them as failed", job_id, len(entries), max_attempts)
+            self.send_failed(job_id, shard, reaped.token, entries)
 
     def run(self) -> None:
         wake_keys = [keys.wake(s) for s in self.shards]
@@ -100,7 +116,8 @@ class DispatcherStep(bootsteps.StartStopStep):
 
     def start(self, worker: Any) -> None:
         from crawler.app import redis_url
-        from crawler.tasks import fetch, send
+        from crawler.pipeline import failed_page
+        from crawler.tasks import fetch, send, store
 
         names = list(worker.app.amqp.queues.consume_from)
         shards = sorted({s for s in (shard_of_queue(n) for n in names) if s is not None})
@@ -111,8 +128,11 @@ class DispatcherStep(bootsteps.StartStopStep):
         def send_fetch(job_id: str, shard: int, token: str, entries: list[str]) -> None:
             send(fetch, shard, job_id, shard, token, entries)
 
+        def send_failed(job_id: str, shard: int, token: str, entries: list[str]) -> None:
+            send(store, shard, job_id, shard, token, [failed_page(e, "lease_expired") for e in entries])
+
         client = redis.Redis.from_url(redis_url(), health_check_interval=30)
-        self.dispatcher = Dispatcher(client, shards, send_fetch)
+        self.dispatcher = Dispatcher(client, shards, send_fetch, send_failed)
         self.thread = threading.Thread(target=self.dispatcher.run, name="crawler-dispatcher", daemon=True)
         self.thread.start()
         log.info("dispatcher started for shards %s", shards)

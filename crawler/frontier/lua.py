@@ -1,15 +1,20 @@
 """Lua scripts of the frontier. Each runs atomically in Redis, so a URL is admitted once,
 leased once, and returned exactly once, whatever number of workers run them at the same time.
 
-Conventions: ARGV[1] is the job's key prefix (``c:{job}:``) and ARGV[2] the job id. A lease is
-the hash field ``lease[url] = "token stage shard host entry"``, stage ``f`` while fetching and
-``d`` once fetched; ``lexp`` holds its expiry. A host is in its shard's ``ready`` zset while it
-has queued URLs, scored by when it may next be fetched, or PARKED while its in-flight budget is
-spent; ``next[host]`` is the earliest a host may be fetched again. ``seen[url]`` is the
-shortest depth the URL was found at (``x<depth>`` once stored, ``b`` if the page budget
-dropped it), so ``max_depth`` holds exactly even when a URL is first found by a longer path.
-``cnt.open`` counts URLs admitted and not yet stored; ``pend`` holds the tokens of link batches
-on their way to dedup. A job is done when both are empty.
+Conventions: ARGV[1] is the job's key prefix (``c:{job}:``) and ARGV[2] the job id. An entry is
+``"depth attempts url referrer"``. A lease is the hash field
+``lease[url] = "token stage shard host ipkey entry"``, stage ``f`` while fetching and ``d`` once
+fetched; ``lexp`` holds its expiry. ``ipkey`` is the host's address once a fetch has learnt it
+(``ip[host]``), else ``h:<host>``: hosts on one address share ``ipinf[ipkey]``, and a host waiting
+for its address's budget sits in ``ipwait:<ipkey>`` until a slot frees.
+
+A host is in its shard's ``ready`` zset while it has queued URLs, scored by when it may next be
+fetched, or PARKED while a budget is spent; ``next[host]`` is the earliest it may be fetched
+again. ``retry`` holds entries waiting out a backoff, scored by when they are due.
+``seen[url]`` is the shortest depth the URL was found at (``x<depth>`` once stored, ``b`` if the
+page budget dropped it), so ``max_depth`` holds exactly even when a URL is first found by a
+longer path. ``cnt.open`` counts URLs admitted and not yet stored; ``pend`` holds the tokens of
+link batches on their way to dedup. A job is done when both are empty.
 """
 
 from __future__ import annotations
@@ -40,15 +45,29 @@ local function schedule(host, shard, t, keep_parked)
     wake(shard)
   end
 end
--- One request to host finished or was abandoned: free its slot and let the host go again
--- after its delay.
-local function release_slot(host, shard, now, default_delay)
+local function ip_key(host)
+  local ip = redis.call('HGET', P .. 'ip', host)
+  if ip then return ip end
+  return 'h:' .. host
+end
+-- One request to host finished or was abandoned: free its slots and let the host go again
+-- after its delay, and hosts that waited for the address's budget go now.
+local function release_slot(host, shard, ipk, now, default_delay)
   local left = redis.call('HINCRBY', P .. 'inf', host, -1)
   if left <= 0 then redis.call('HDEL', P .. 'inf', host) end
+  if redis.call('HINCRBY', P .. 'ipinf', ipk, -1) <= 0 then redis.call('HDEL', P .. 'ipinf', ipk) end
   redis.call('HINCRBY', P .. 'cnt', 'inflight', -1)
   local d = host_delay(host, default_delay)
   if d > 0 then redis.call('HSET', P .. 'next', host, now + d) end
   schedule(host, shard, now + d, false)
+  local waiting = redis.call('SMEMBERS', P .. 'ipwait:' .. ipk)
+  if #waiting > 0 then
+    redis.call('DEL', P .. 'ipwait:' .. ipk)
+    for _, w in ipairs(waiting) do
+      local wshard, whost = string.match(w, '^(%S+) (%S+)$')
+      schedule(whost, wshard, now, false)
+    end
+  end
 end
 local function done_check(now)
   local open = tonumber(redis.call('HGET', P .. 'cnt', 'open') or '0')
@@ -64,18 +83,23 @@ end
 local function with_depth(e, d)
   return d .. string.sub(e, #string.match(e, '^(%d+)') + 1)
 end
+local function next_attempt(e)
+  local d, a, rest = string.match(e, '^(%d+) (%d+) (.*)$')
+  return d .. ' ' .. (tonumber(a) + 1) .. ' ' .. rest, tonumber(a) + 1
+end
 local function requeue(host, shard, e, now)
   redis.call('RPUSH', P .. 'q:' .. host, e)
   schedule(host, shard, now, true)
 end
 local function parse_lease(l)
-  return string.match(l, '^(%S+) (%S+) (%S+) (%S+) (.*)$')
+  return string.match(l, '^(%S+) (%S+) (%S+) (%S+) (%S+) (.*)$')
 end
 """
 
-# ARGV: prefix, job, token, now, budget, max_depth, then (url, host, shard, entry) per candidate.
+# ARGV: prefix, job, token, now, budget, max_depth, host_budget, then (url, host, shard, entry).
 ADMIT = _HELPERS + """
 local token, now, budget, maxd = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local host_budget = tonumber(ARGV[7])
 if token ~= '' and redis.call('SREM', P .. 'pend', token) == 0 then
   return {}  -- this link batch was admitted before: a redelivery
 end
@@ -86,8 +110,8 @@ if status ~= 'running' and status ~= 'paused' then
 end
 local cnt, seen = P .. 'cnt', P .. 'seen'
 local admitted = tonumber(redis.call('HGET', cnt, 'admitted') or '0')
-local new, dup, over, again = {}, 0, 0, 0
-for i = 7, #ARGV, 4 do
+local new, dup, over, again, over_host = {}, 0, 0, 0, 0
+for i = 8, #ARGV, 4 do
   local url, host, shard, e = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local d = entry_depth(e)
   local cur = redis.call('HGET', seen, url)
@@ -95,8 +119,12 @@ for i = 7, #ARGV, 4 do
     if budget > 0 and admitted >= budget then
       redis.call('HSET', seen, url, 'b')
       over = over + 1
+    elseif host_budget > 0 and tonumber(redis.call('HGET', P .. 'hostn', host) or '0') >= host_budget then
+      redis.call('HSET', seen, url, 'b')
+      over_host = over_host + 1
     else
       admitted = admitted + 1
+      if host_budget > 0 then redis.call('HINCRBY', P .. 'hostn', host, 1) end
       redis.call('HSET', seen, url, d)
       requeue(host, shard, e, now)
       new[#new + 1] = url
@@ -124,17 +152,20 @@ redis.call('HSET', cnt, 'admitted', admitted)
 if #new > 0 then redis.call('HINCRBY', cnt, 'open', #new) end
 if dup > 0 then redis.call('HINCRBY', cnt, 'duplicates', dup) end
 if over > 0 then redis.call('HINCRBY', cnt, 'dropped_max_pages', over) end
+if over_host > 0 then redis.call('HINCRBY', cnt, 'dropped_host_budget', over_host) end
 if again > 0 then redis.call('HINCRBY', cnt, 'depth_requeued', again) end
 done_check(now)
 return new
 """
 
-# ARGV: prefix, job, shard, now, max_urls, per_host, delay, lease_deadline, token, concurrency.
-# Returns {entries and hosts interleaved, next due time or '', free slots left (-1: not running)}.
+# ARGV: prefix, job, shard, now, max_urls, per_host, delay, lease_deadline, token, concurrency,
+# per_ip. Returns {entries and hosts interleaved, next due time or '', free slots (-1: not running)}.
 DISPATCH = _HELPERS + """
 local shard, now = ARGV[3], tonumber(ARGV[4])
 local max_urls, per_host, delay = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local deadline, token, concurrency = ARGV[8], ARGV[9], tonumber(ARGV[10])
+local per_ip = tonumber(ARGV[11])
+if per_ip <= 0 then per_ip = per_host end
 local rkey = P .. 'ready:' .. shard
 local out = {}
 local slots = -1
@@ -148,8 +179,10 @@ if redis.call('HGET', P .. 'meta', 'status') == 'running' then
       if slots <= 0 then break end
       local qkey = P .. 'q:' .. host
       local inf = tonumber(redis.call('HGET', P .. 'inf', host) or '0')
+      local ipk = ip_key(host)
+      local ipinf = tonumber(redis.call('HGET', P .. 'ipinf', ipk) or '0')
       local hdelay = host_delay(host, delay)
-      local take = math.min(per_host - inf, slots)
+      local take = math.min(per_host - inf, per_ip - ipinf, slots)
       -- With a delay, requests to one host start one at a time, ``delay`` apart.
       if hdelay > 0 and take > 1 then take = 1 end
       local got = 0
@@ -159,7 +192,7 @@ if redis.call('HGET', P .. 'meta', 'status') == 'running' then
         local url = string.match(e, '^%S+ %S+ (%S+)')
         local best = tonumber(redis.call('HGET', P .. 'seen', url))
         if best and best < entry_depth(e) then e = with_depth(e, best) end
-        redis.call('HSET', P .. 'lease', url, token .. ' f ' .. shard .. ' ' .. host .. ' ' .. e)
+        redis.call('HSET', P .. 'lease', url, token .. ' f ' .. shard .. ' ' .. host .. ' ' .. ipk .. ' ' .. e)
         redis.call('ZADD', P .. 'lexp', deadline, url)
         out[#out + 1] = e
         out[#out + 1] = host
@@ -170,12 +203,16 @@ if redis.call('HGET', P .. 'meta', 'status') == 'running' then
       inf = inf + got
       if got > 0 then
         redis.call('HSET', P .. 'inf', host, inf)
+        redis.call('HINCRBY', P .. 'ipinf', ipk, got)
         if hdelay > 0 then redis.call('HSET', P .. 'next', host, now + hdelay) end
       end
       if redis.call('LLEN', qkey) == 0 then
         redis.call('ZREM', rkey, host)
       elseif inf >= per_host then
         redis.call('ZADD', rkey, PARKED, host)
+      elseif ipinf + got >= per_ip then
+        redis.call('ZADD', rkey, PARKED, host)
+        redis.call('SADD', P .. 'ipwait:' .. ipk, shard .. ' ' .. host)
       else
         redis.call('ZADD', rkey, now + hdelay, host)
       end
@@ -211,23 +248,35 @@ end
 return res
 """
 
-# ARGV: prefix, job, now, lease_deadline, delay, then (url, token) pairs.
+# ARGV: prefix, job, now, lease_deadline, delay, then (url, token, retry_at, ip) per request.
+# retry_at > 0 sends the URL to the retry set, due then, with one more attempt counted; ip, when
+# known, becomes the host's address for the per-address budget.
 FETCHED = _HELPERS + """
 local now, deadline, delay = tonumber(ARGV[3]), ARGV[4], ARGV[5]
-local n = 0
-for i = 6, #ARGV, 2 do
-  local url = ARGV[i]
+local n, retried = 0, 0
+for i = 6, #ARGV, 4 do
+  local url, retry_at, ip = ARGV[i], tonumber(ARGV[i + 2]), ARGV[i + 3]
   local l = redis.call('HGET', P .. 'lease', url)
   if l then
-    local t, st, shard, host, e = parse_lease(l)
+    local t, st, shard, host, ipk, e = parse_lease(l)
     if t == ARGV[i + 1] and st == 'f' then
-      redis.call('HSET', P .. 'lease', url, t .. ' d ' .. shard .. ' ' .. host .. ' ' .. e)
-      redis.call('ZADD', P .. 'lexp', deadline, url)
-      release_slot(host, shard, now, delay)
+      if ip ~= '' then redis.call('HSET', P .. 'ip', host, ip) end
+      if retry_at > 0 then
+        redis.call('HDEL', P .. 'lease', url)
+        redis.call('ZREM', P .. 'lexp', url)
+        local again = next_attempt(e)
+        redis.call('ZADD', P .. 'retry', retry_at, shard .. ' ' .. host .. ' ' .. again)
+        retried = retried + 1
+      else
+        redis.call('HSET', P .. 'lease', url, t .. ' d ' .. shard .. ' ' .. host .. ' ' .. ipk .. ' ' .. e)
+        redis.call('ZADD', P .. 'lexp', deadline, url)
+      end
+      release_slot(host, shard, ipk, now, delay)
       n = n + 1
     end
   end
 end
+if retried > 0 then redis.call('HINCRBY', P .. 'cnt', 'retried', retried) end
 return n
 """
 
@@ -241,9 +290,9 @@ for i = 6, #ARGV, 2 do
   local url = ARGV[i]
   local l = redis.call('HGET', P .. 'lease', url)
   if l then
-    local t, st, shard, host, e = parse_lease(l)
+    local t, st, shard, host, ipk, e = parse_lease(l)
     if t == ARGV[i + 1] then
-      if st == 'f' then release_slot(host, shard, now, delay) end
+      if st == 'f' then release_slot(host, shard, ipk, now, delay) end
       redis.call('HDEL', P .. 'lease', url)
       redis.call('ZREM', P .. 'lexp', url)
       local ed = entry_depth(e)
@@ -267,24 +316,51 @@ done_check(now)
 return n
 """
 
-# ARGV: prefix, job, now, delay, limit. Expired leases go back to the front of their host queue.
+# ARGV: prefix, job, now, delay, limit, max_attempts, token. Expired leases go back to the front
+# of their host queue with one more attempt counted; one whose attempts are spent is re-leased
+# under ``token`` as fetched and returned ({entry, shard} pairs), for the caller to store as
+# failed. Returns {returned to queue, abandoned pairs}.
 REAP = _HELPERS + """
-local now, delay = tonumber(ARGV[3]), ARGV[4]
-local urls = redis.call('ZRANGEBYSCORE', P .. 'lexp', '-inf', now, 'LIMIT', 0, tonumber(ARGV[5]))
+local now, delay, limit, max_attempts, token = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]),
+  tonumber(ARGV[6]), ARGV[7]
+local urls = redis.call('ZRANGEBYSCORE', P .. 'lexp', '-inf', now, 'LIMIT', 0, limit)
+local back, gone = 0, {}
 for _, url in ipairs(urls) do
   local l = redis.call('HGET', P .. 'lease', url)
+  redis.call('ZREM', P .. 'lexp', url)
   if l then
-    local t, st, shard, host, e = parse_lease(l)
-    redis.call('LPUSH', P .. 'q:' .. host, e)
-    redis.call('HDEL', P .. 'lease', url)
-    if st == 'f' then
-      release_slot(host, shard, now, delay)
+    local t, st, shard, host, ipk, e = parse_lease(l)
+    if st == 'f' then release_slot(host, shard, ipk, now, delay) end
+    local again, attempts = next_attempt(e)
+    if attempts >= max_attempts then
+      redis.call('HSET', P .. 'lease', url, token .. ' d ' .. shard .. ' ' .. host .. ' ' .. ipk .. ' ' .. again)
+      redis.call('ZADD', P .. 'lexp', now + 3600, url)
+      gone[#gone + 1] = again
+      gone[#gone + 1] = shard
     else
+      redis.call('HDEL', P .. 'lease', url)
+      redis.call('LPUSH', P .. 'q:' .. host, again)
       schedule(host, shard, now, false)
+      back = back + 1
     end
   end
-  redis.call('ZREM', P .. 'lexp', url)
 end
 if #urls > 0 then redis.call('HINCRBY', P .. 'cnt', 'lease_expired', #urls) end
-return #urls
+return {back, gone}
+"""
+
+# ARGV: prefix, job, now, limit. Retries whose backoff is over go back to their host queues.
+# Returns {moved, next due time or ''}.
+PROMOTE = _HELPERS + """
+local now, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
+local due = redis.call('ZRANGEBYSCORE', P .. 'retry', '-inf', now, 'LIMIT', 0, limit)
+for _, m in ipairs(due) do
+  local shard, host, e = string.match(m, '^(%S+) (%S+) (.*)$')
+  redis.call('ZREM', P .. 'retry', m)
+  requeue(host, shard, e, now)
+end
+local first = redis.call('ZRANGE', P .. 'retry', 0, 0, 'WITHSCORES')
+local nxt = ''
+if #first > 0 then nxt = first[2] end
+return {#due, nxt}
 """

@@ -14,8 +14,8 @@ from urllib.parse import urljoin
 
 import lxml.html
 from lxml import etree
+from w3lib.encoding import html_to_unicode
 
-_CHARSET_RE = re.compile(r"charset\s*=\s*[\"']?([\w.:-]+)", re.I)
 _WS_RE = re.compile(r"\s+")
 _INVISIBLE = ("script", "style", "noscript", "template")
 _parsers: dict[str | None, lxml.html.HTMLParser] = {}
@@ -34,18 +34,6 @@ def is_html(content_type: str) -> bool:
     return ct in ("text/html", "application/xhtml+xml", "")
 
 
-def header_charset(content_type: str) -> str | None:
-    m = _CHARSET_RE.search(content_type)
-    if not m:
-        return None
-    import codecs
-
-    try:
-        return codecs.lookup(m.group(1)).name
-    except LookupError:
-        return None
-
-
 def _clean(text: str | None, limit: int = 1000) -> str:
     return _WS_RE.sub(" ", text or "").strip()[:limit]
 
@@ -58,7 +46,7 @@ class ParsedPage:
         self.url = url
         self.body = body
         self._content_type = content_type
-        self.root = _parse(body, header_charset(content_type))
+        self.root = _parse(body, content_type)
         self.base = url
         self.title = ""
         self.canonical: str | None = None
@@ -134,16 +122,30 @@ def _visible_text(node: Any) -> list[str]:
     return out
 
 
-def _parse(body: bytes, encoding: str | None) -> Any:
+def decode(body: bytes, content_type: str = "") -> str:
+    """Text of an HTML body, decoded as browsers do: a BOM first, then the Content-Type
+    charset, then ``<meta charset>``, else sniffed; undecodable bytes are replaced, never
+    fatal. NULs are dropped: libxml2 stops reading at one."""
+    _enc, text = html_to_unicode(content_type or None, body)
+    return text.replace("\x00", "")
+
+
+def _parse(body: bytes, content_type: str) -> Any:
     if not body.strip():
         return None
+    text = decode(body, content_type)
+    if not text.strip():
+        return None
     try:
-        return lxml.html.document_fromstring(body, parser=_parser(encoding))
-    except (etree.ParserError, ValueError, LookupError):
-        try:  # a wrong declared charset: let libxml2 sniff instead
-            return lxml.html.document_fromstring(body, parser=_parser(None))
+        return lxml.html.document_fromstring(text, parser=_parser(None))
+    except ValueError:
+        # an XML declaration with an encoding: lxml refuses it on text, so hand it UTF-8 bytes
+        try:
+            return lxml.html.document_fromstring(text.encode("utf-8"), parser=_parser("utf-8"))
         except (etree.ParserError, ValueError):
             return None
+    except etree.ParserError:
+        return None
 
 
 def _join(base: str, href: str) -> str | None:

@@ -8,9 +8,10 @@ from http.server import BaseHTTPRequestHandler
 
 from crawler.fetch import FetchConfig, fetch_batch
 from crawler.testweb import TestWeb
+from tests.conftest import TEST_NETWORKS
 
 CFG = FetchConfig(user_agent="test-agent/1", connect_timeout=2, read_timeout=2, deadline=3, max_redirects=3,
-                  max_body=50_000)
+                  max_body=50_000, allow_networks=tuple(TEST_NETWORKS.split(",")))
 
 
 def _redirect(to: str, status: int = 301) -> Callable[[BaseHTTPRequestHandler], None]:
@@ -88,3 +89,64 @@ def test_connection_refused_is_named_and_batch_goes_on(make_web: Callable[..., T
     refused, ok = fetch_batch([closed, web.url(0, "/")], CFG)
     assert refused.error == "connect" and refused.status is None
     assert ok.error is None and ok.status == 200 and b"Site 0" in ok.body
+
+
+def test_blocked_network_never_contacted_even_through_a_redirect(make_web: Callable[..., TestWeb]) -> None:
+    web = make_web(1, 2)
+    outside = make_web(1, 2, base_ip="127.0.9.")  # loopback, but not in the allowed networks
+    web.route(0, "/jump", _redirect(outside.url(0, "/")))
+    direct, jumped = fetch_batch([outside.url(0, "/"), web.url(0, "/jump")], CFG)
+    assert direct.error == "blocked_network" and direct.status is None
+    assert jumped.error == "blocked_network" and jumped.redirects == [(301, web.url(0, "/jump"))]
+    assert outside.hits() == []
+    named = FetchConfig(**{**CFG.__dict__, "resolve": (("evil.test", "127.0.9.1"),)})
+    (by_name,) = fetch_batch([f"http://evil.test:{outside.ports[0]}/"], named)
+    assert by_name.error == "blocked_network" and outside.hits() == []
+
+
+def test_by_default_loopback_is_blocked(make_web: Callable[..., TestWeb]) -> None:
+    web = make_web(1, 2)
+    default = FetchConfig(user_agent="t", deadline=3)
+    (res,) = fetch_batch([web.url(0, "/")], default)
+    assert res.error == "blocked_network" and web.hits() == []
+
+
+def test_trickling_and_silent_servers_end_at_the_deadline(make_web: Callable[..., TestWeb]) -> None:
+    import socket
+    import threading
+    import time
+
+    web = make_web(1, 3)
+
+    def trickle(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "text/html")
+        h.send_header("Content-Length", "1000")
+        h.end_headers()
+        for _ in range(20):
+            h.wfile.write(b"x")
+            h.wfile.flush()
+            time.sleep(0.5)
+
+    web.route(0, "/trickle", trickle)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(5)  # accepts connections, never answers
+    threading.Thread(target=lambda: [silent.accept() for _ in range(2)], daemon=True).start()
+    cfg = FetchConfig(**{**CFG.__dict__, "deadline": 2.0, "read_timeout": 5.0})
+    start = time.monotonic()
+    slow, hang, ok = fetch_batch(
+        [web.url(0, "/trickle"), f"http://127.0.0.1:{silent.getsockname()[1]}/", web.url(0, "/")], cfg)
+    took = time.monotonic() - start
+    silent.close()
+    assert slow.error == "timeout" and hang.error == "timeout"
+    assert ok.error is None and ok.status == 200  # the healthy host was not held up
+    assert took < 3.5
+
+
+def test_not_html_is_metadata_only(make_web: Callable[..., TestWeb]) -> None:
+    web = make_web(1, 2)
+    web.route(0, "/file.pdf", _body(b"%PDF-1.4" + b"x" * 40_000, {"Content-Type": "application/pdf"}))
+    (res,) = fetch_batch([web.url(0, "/file.pdf")], CFG)
+    assert res.status == 200 and res.error == "not_html" and res.body == b""
+    assert res.content_type == "application/pdf"

@@ -8,7 +8,7 @@ import time
 import redis
 
 from crawler import jobs
-from crawler.frontier import Entry, Frontier, keys
+from crawler.frontier import Entry, Fetched, Frontier, keys
 from crawler.settings import Settings
 
 JOB = "job-t"
@@ -53,7 +53,7 @@ def test_per_host_budget_and_parking(r: redis.Redis) -> None:
     first = _dispatch(f, now, per_host=2)
     assert sorted(first) == ["http://a.com/p0", "http://a.com/p1", "http://b.com/p0", "http://b.com/p1"]
     assert _dispatch(f, now + 1, per_host=2) == []  # both hosts at their budget: parked
-    f.fetched(JOB, [("http://a.com/p0", _token_of(r, "http://a.com/p0"))], lease_timeout=60, delay=0)
+    f.fetched(JOB, [Fetched("http://a.com/p0", _token_of(r, "http://a.com/p0"))], lease_timeout=60, delay=0)
     assert _dispatch(f, time.time(), per_host=2) == ["http://a.com/p2"]
 
 
@@ -62,7 +62,7 @@ def test_delay_spaces_requests_to_one_host(r: redis.Redis) -> None:
     f.admit(JOB, _urls("a.com", 3), 1)
     now = time.time()
     (u0,) = _dispatch(f, now, delay=0.5)
-    f.fetched(JOB, [(u0, _token_of(r, u0))], lease_timeout=60, delay=0.5)
+    f.fetched(JOB, [Fetched(u0, _token_of(r, u0))], lease_timeout=60, delay=0.5)
     done = time.time()
     assert _dispatch(f, done + 0.4, delay=0.5) == []  # still waiting out the delay
     d = f.dispatch(JOB, 0, max_urls=10, per_host=1, delay=0.5, lease_timeout=60, concurrency=10, now=done + 0.4)
@@ -74,7 +74,7 @@ def test_delay_holds_when_host_queue_refills_after_emptying(r: redis.Redis) -> N
     f = _start(r)
     f.admit(JOB, _urls("a.com", 1), 1)
     (u0,) = _dispatch(f, time.time(), delay=0.5)  # the queue is empty now: the host leaves the ready set
-    f.fetched(JOB, [(u0, _token_of(r, u0))], lease_timeout=60, delay=0.5)
+    f.fetched(JOB, [Fetched(u0, _token_of(r, u0))], lease_timeout=60, delay=0.5)
     done = time.time()
     f.admit(JOB, [Entry("http://a.com/new")], 1)  # links found on that page arrive
     assert _dispatch(f, time.time(), delay=0.5) == []
@@ -99,8 +99,8 @@ def test_expired_lease_returns_url_and_stale_holder_is_refused(r: redis.Redis) -
     now = time.time()
     d = f.dispatch(JOB, 0, max_urls=10, per_host=1, delay=0, lease_timeout=5, concurrency=10, now=now)
     url, token = d.items[0][0].url, d.token
-    assert f.reap(JOB, delay=0, now=now + 1) == 0
-    assert f.reap(JOB, delay=0, now=now + 6) == 1
+    assert f.reap(JOB, delay=0, max_attempts=3, now=now + 1).returned == 0
+    assert f.reap(JOB, delay=0, max_attempts=3, now=now + 6).returned == 1
     again = f.dispatch(JOB, 0, max_urls=10, per_host=1, delay=0, lease_timeout=60, concurrency=10, now=now + 7)
     assert [e.url for e, _ in again.items] == [url]
     # The first holder's batch comes back late (a redelivery): it must not fetch.
@@ -114,7 +114,7 @@ def test_release_is_once_and_job_completes(r: redis.Redis) -> None:
     f.admit(JOB, _urls("a.com", 2), 1)
     d = f.dispatch(JOB, 0, max_urls=10, per_host=2, delay=0, lease_timeout=60, concurrency=10, now=time.time())
     leases = [(e.url, d.token) for e, _ in d.items]
-    f.fetched(JOB, leases, lease_timeout=60, delay=0)
+    f.fetched(JOB, [Fetched(u, t) for u, t in leases], lease_timeout=60, delay=0)
     f.expect(JOB, ["links-1"])
     assert f.release(JOB, leases, delay=0) == 2
     assert f.release(JOB, leases, delay=0) == 0  # a redelivered store ends nothing twice
@@ -147,13 +147,13 @@ def test_page_expanded_too_deep_is_expanded_again_once(r: redis.Redis) -> None:
     f.admit(JOB, [Entry("http://a.com/x", depth=2)], 1, max_depth=2)
     d = f.dispatch(JOB, 0, max_urls=10, per_host=1, delay=0, lease_timeout=60, concurrency=10, now=time.time())
     lease = [("http://a.com/x", d.token)]
-    f.fetched(JOB, lease, lease_timeout=60, delay=0)
+    f.fetched(JOB, [Fetched(*lease[0])], lease_timeout=60, delay=0)
     f.expect(JOB, ["from-a-shallower-page"])  # as parse does before sending links on
     f.release(JOB, lease, delay=0, max_depth=2)
     assert f.admit(JOB, [Entry("http://a.com/x", depth=1)], 1, token="from-a-shallower-page", max_depth=2) == []
     d2 = f.dispatch(JOB, 0, max_urls=10, per_host=1, delay=0, lease_timeout=60, concurrency=10, now=time.time())
     assert [(e.url, e.depth) for e, _ in d2.items] == [("http://a.com/x", 1)]
-    f.fetched(JOB, [("http://a.com/x", d2.token)], lease_timeout=60, delay=0)
+    f.fetched(JOB, [Fetched("http://a.com/x", d2.token)], lease_timeout=60, delay=0)
     f.expect(JOB, ["later"])
     f.release(JOB, [("http://a.com/x", d2.token)], delay=0, max_depth=2)
     assert f.admit(JOB, [Entry("http://a.com/x", depth=0)], 1, token="later", max_depth=2) == []

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from crawler import jobs, pipeline
-from crawler.frontier import Entry, keys
+from crawler.frontier import Entry, Fetched, keys
 from crawler.settings import Settings
 from crawler.store import StoreURLError, open_store
 from crawler.store.base import PageRecord
@@ -46,7 +46,7 @@ def test_store_delivered_twice_leaves_one_row_and_one_record_set(r: redis.Redis,
             if d.items:
                 break
     url = d.items[0][0].url
-    ctx.frontier.fetched(job_id, [(url, d.token)], lease_timeout=60, delay=0)
+    ctx.frontier.fetched(job_id, [Fetched(url, d.token)], lease_timeout=60, delay=0)
     body_key = keys.body(job_id, d.token, 0)
     r.set(body_key, b"<html>hello</html>")
     pages = [_page(url, body_key)]

@@ -1,0 +1,134 @@
+"""The network guard: no connection to loopback, private, link-local, carrier-grade NAT,
+multicast or reserved addresses (IPv4 and IPv6, including IPv4 embedded in IPv6) unless a
+network is explicitly allowed.
+
+It is an httpcore network backend, so it sees every new connection, redirect hops included,
+after DNS resolution, and it connects to the very address it checked: there is no second lookup
+a DNS-rebinding server could answer differently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import httpcore
+from httpcore._backends.auto import AutoBackend
+
+from crawler import errors
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_6TO4 = ipaddress.ip_network("2002::/16")
+
+
+def parse_networks(specs: Iterable[str]) -> list[IPNetwork]:
+    """CIDRs (``127.0.1.0/24``) or single addresses; a clear error names a bad one."""
+    out = []
+    for spec in specs:
+        try:
+            out.append(ipaddress.ip_network(spec.strip(), strict=False))
+        except ValueError as exc:
+            raise ValueError(f"not a network: {spec!r} ({exc})") from exc
+    return out
+
+
+def _embedded_v4(ip: IPAddress) -> ipaddress.IPv4Address | None:
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return ip.ipv4_mapped
+        if ip in _NAT64:
+            return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+        if ip in _6TO4:
+            return ipaddress.IPv4Address((int(ip) >> 80) & 0xFFFFFFFF)
+    return None
+
+
+def is_public(ip: IPAddress) -> bool:
+    inner = _embedded_v4(ip)
+    if inner is not None:
+        return is_public(inner)
+    return ip.is_global and not ip.is_multicast and not ip.is_reserved
+
+
+class NetworkGuard:
+    def __init__(self, allow: Iterable[IPNetwork] = ()) -> None:
+        self.allow = list(allow)
+
+    def allows(self, address: str) -> bool:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+        inner = _embedded_v4(ip)
+        if any(ip in net or (inner is not None and inner in net) for net in self.allow):
+            return True
+        return is_public(ip)
+
+
+class Resolver:
+    """getaddrinfo with a bounded cache (entries live ``ttl`` seconds; at most ``size``), and
+    fixed answers for names given in ``overrides`` (like curl's --resolve)."""
+
+    def __init__(self, ttl: float = 300.0, size: int = 10_000, overrides: Mapping[str, str] | None = None) -> None:
+        self.ttl = ttl
+        self.size = size
+        self.overrides = {k.lower(): v for k, v in (overrides or {}).items()}
+        self._cache: OrderedDict[str, tuple[float, list[str]]] = OrderedDict()
+
+    async def resolve(self, host: str, port: int) -> list[str]:
+        host = host.lower().strip("[]")
+        try:
+            ipaddress.ip_address(host.split("%", 1)[0])
+            return [host]
+        except ValueError:
+            pass
+        if host in self.overrides:
+            return [self.overrides[host]]
+        hit = self._cache.get(host)
+        if hit and hit[0] > time.monotonic():
+            self._cache.move_to_end(host)
+            return hit[1]
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (socket.gaierror, UnicodeError) as exc:
+            raise errors.DNSError(f"{host}: {exc}") from exc
+        addrs = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        self._cache[host] = (time.monotonic() + self.ttl, addrs)
+        while len(self._cache) > self.size:
+            self._cache.popitem(last=False)
+        return addrs
+
+
+class GuardedBackend(httpcore.AsyncNetworkBackend):
+    def __init__(self, guard: NetworkGuard, resolver: Resolver) -> None:
+        self.guard = guard
+        self.resolver = resolver
+        self._inner = AutoBackend()
+
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+                          local_address: str | None = None, socket_options: Iterable[Any] | None = None,
+                          ) -> httpcore.AsyncNetworkStream:
+        addrs = await self.resolver.resolve(host, port)
+        allowed = [a for a in addrs if self.guard.allows(a)]
+        if not allowed:
+            raise errors.BlockedNetwork(f"{host} resolves to {', '.join(addrs)}: not a public address")
+        last: Exception | None = None
+        for address in allowed:
+            try:
+                return await self._inner.connect_tcp(address, port, timeout=timeout, local_address=local_address,
+                                                     socket_options=socket_options)
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
+                last = exc
+        assert last is not None
+        raise last
+
+    async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
+        raise errors.BlockedNetwork("unix sockets are never crawled")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)

@@ -1,0 +1,159 @@
+"""What the fetch stage asks before and after it fetches: robots.txt, scope of redirect hops,
+Crawl-delay, the adaptive per-host delay, and sitemaps. One instance per worker process (it
+keeps parsed robots.txt files); the state every worker shares lives in Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from redis import Redis
+
+from crawler import errors
+from crawler.fetch.client import FetchConfig, Fetcher, FetchResult, HopCheck
+from crawler.fetch.robots import (
+    ROBOTS_MAX_BYTES,
+    SITEMAP_MAX_BYTES,
+    RobotsCache,
+    RobotsPolicy,
+    origin_of,
+    parse_sitemap,
+    policy_from_fetch,
+)
+from crawler.frontier import keys
+from crawler.frontier.ratecontrol import next_delay, parse_retry_after
+from crawler.jobs import Job
+from crawler.urls import domain_of, host_key
+
+SITEMAPS_PER_HOST = 10
+
+
+def is_retryable(reason: str | None) -> bool:
+    cls = errors.REASONS.get(reason or "")
+    return cls is not None and issubclass(cls, errors.Retryable)
+
+
+def header(result: FetchResult, name: str) -> str | None:
+    name = name.lower()
+    for k, v in result.headers:
+        if k.lower() == name:
+            return v
+    return None
+
+
+class Politeness:
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+        self.robots = RobotsCache(redis)
+
+    # -- robots.txt --------------------------------------------------------------------------
+    async def _fetch_robots(self, origins: Iterable[str], fetcher: Fetcher, config: FetchConfig,
+                            job: Job) -> dict[str, RobotsPolicy]:
+        origins = list(origins)
+        cfg = dataclasses.replace(config, max_redirects=5, html_only=False, max_body=ROBOTS_MAX_BYTES)
+        results = await fetcher.fetch_many([o + "/robots.txt" for o in origins], cfg)
+        s = job.settings
+        return {o: policy_from_fetch(r.status, r.body, r.error, ttl=s.robots_ttl, retry_ttl=s.robots_retry)
+                for o, r in zip(origins, results, strict=True)}
+
+    def policies(self, urls: Sequence[str], job: Job, fetcher: Fetcher, config: FetchConfig,
+                 run: Any) -> tuple[dict[str, RobotsPolicy], dict[str, RobotsPolicy]]:
+        """(policy per origin of these URLs, the ones fetched just now)."""
+        origins = {origin_of(u) for u in urls}
+        found = self.robots.lookup(origins)
+        missing = origins - found.keys()
+        fresh: dict[str, RobotsPolicy] = {}
+        if missing:
+            fresh = run(self._fetch_robots(sorted(missing), fetcher, config, job))
+            self.robots.save(fresh)
+            found.update(fresh)
+        return found, fresh
+
+    def hop_check(self, job: Job, fetcher: Fetcher, config: FetchConfig, fresh: dict[str, RobotsPolicy]) -> HopCheck:
+        """Vets a redirect target: in scope, and allowed by its own origin's robots.txt."""
+        s = job.settings
+
+        async def check(url: str) -> str | None:
+            if job.allowed and domain_of(url) not in job.allowed:
+                return errors.OutOfScope.reason
+            if not s.obey_robots:
+                return None
+            origin = origin_of(url)
+            policy = fresh.get(origin) or self.robots.local(origin)
+            if policy is None:
+                policy = (await self._fetch_robots([origin], fetcher, config, job))[origin]
+                fresh[origin] = policy
+            return None if policy.allowed(url, s.robots_user_agent) else errors.RobotsDisallowed.reason
+
+        return check
+
+    # -- delays ------------------------------------------------------------------------------
+    def delay_updates(self, job: Job, results: Sequence[FetchResult],
+                      policies: dict[str, RobotsPolicy]) -> dict[str, float]:
+        """New delay per host from its Crawl-delay and (when adaptive) its responses."""
+        s = job.settings
+        hosts: dict[str, list[FetchResult]] = {}
+        for r in results:
+            hosts.setdefault(host_key(r.url), []).append(r)
+        floors: dict[str, float] = {}
+        for host, rs in hosts.items():
+            policy = policies.get(origin_of(rs[0].url))
+            crawl_delay = policy.crawl_delay(s.robots_user_agent) if policy is not None and s.obey_robots else None
+            floors[host] = max(s.delay, min(crawl_delay or 0.0, s.max_delay))
+        if not s.autothrottle:
+            return {h: f for h, f in floors.items() if f > s.delay}
+        names = list(hosts)
+        current = self.redis.hmget(keys.prefix(job.id) + "delay", names)
+        out: dict[str, float] = {}
+        for host, raw in zip(names, current, strict=True):
+            d = float(raw) if raw is not None else floors[host]
+            for r in hosts[host]:
+                if r.status is None and r.error in ("robots", "out_of_scope", "blocked_network", "bad_url"):
+                    continue  # no request was made to this host
+                retry_after = parse_retry_after(header(r, "retry-after")) if r.status in (429, 503) else None
+                d = next_delay(d, floor=floors[host], latency=r.elapsed, status=r.status,
+                               retry_after=retry_after, max_delay=s.max_delay)
+            out[host] = round(d, 4)
+        return out
+
+    # -- sitemaps ----------------------------------------------------------------------------
+    def sitemap_urls(self, job: Job, fresh: dict[str, RobotsPolicy], fetcher: Fetcher, config: FetchConfig,
+                     run: Any) -> list[tuple[str, str]]:
+        """(page URL, sitemap URL) from the sitemaps of origins seen for the first time in this
+        job; each origin's sitemaps are read once per job."""
+        todo: list[str] = []
+        for origin, policy in fresh.items():
+            maps = policy.sitemaps()[:SITEMAPS_PER_HOST]
+            if maps and self.redis.sadd(keys.prefix(job.id) + "sitemaps", origin):
+                todo += maps
+        if not todo:
+            return []
+        cfg = dataclasses.replace(config, html_only=False, max_body=SITEMAP_MAX_BYTES)
+        check = self.hop_check(job, fetcher, config, {})
+
+        async def gather() -> list[tuple[str, str]]:
+            found: list[tuple[str, str]] = []
+            level = todo
+            for _depth in range(2):  # a sitemap index and the sitemaps it lists
+                allowed = [u for u in level if await check(u) is None]
+                results = await fetcher.fetch_many(allowed, cfg)
+                children: list[str] = []
+                for url, r in zip(allowed, results, strict=True):
+                    if r.status == 200 and r.body:
+                        pages, subs = parse_sitemap(r.body)
+                        found += [(p, url) for p in pages]
+                        children += subs[:SITEMAPS_PER_HOST]
+                level = children
+                if not level:
+                    break
+            return found
+
+        return list(run(asyncio.wait_for(gather(), timeout=config.deadline * 2)))
+
+
+def blocked_result(url: str, reason: str) -> FetchResult:
+    return FetchResult(url=url, final_url=url, error=reason, fetched_at=time.time())
