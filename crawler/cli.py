@@ -32,12 +32,18 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-domain", action="append", dest="allow_domains", metavar="DOMAIN",
                    help="registered domain in scope (repeatable; default: the seeds' domains)")
     p.add_argument("--user-agent", help="User-Agent header")
+    p.add_argument("--allow-net", action="append", dest="allow_networks", metavar="CIDR",
+                   help="a network that may be fetched although not public (repeatable)")
+    p.add_argument("--resolve", action="append", metavar="HOST=IP", help="fixed DNS answer (repeatable)")
+    p.add_argument("--sitemaps", action="store_true", default=None, help="seed from robots.txt Sitemap: lines")
+    p.add_argument("--ignore-robots", action="store_false", dest="obey_robots", default=None,
+                   help="do not fetch or obey robots.txt")
     p.add_argument("--redis-url", help="Redis to use (default: $CRAWLER_REDIS_URL, or a private one for crawl)")
 
 
 def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
     names = ("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards", "allow_domains",
-             "user_agent", "redis_url")
+             "user_agent", "redis_url", "allow_networks", "resolve", "sitemaps", "obey_robots")
     return Settings.from_env(**{n: getattr(args, n, None) for n in names}, **extra)
 
 
@@ -125,12 +131,34 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"crawler status: job {args.job} still {st['status']} after {args.timeout}s", file=sys.stderr)
             return 2
         time.sleep(0.5)
+    hosts = jobs.hosts(client, args.job) if args.hosts else None
     if args.json:
-        print(json.dumps(st, indent=2))
-    else:
-        print(f"job {st['id']}: {st['status']}  ({_summary(st)})")
-        for k, v in st["counters"].items():
-            print(f"  {k:24} {v}")
+        print(json.dumps({**st, "hosts": hosts} if hosts is not None else st, indent=2))
+        return 0
+    print(f"job {st['id']}: {st['status']}  ({_summary(st)})")
+    for k, v in st["counters"].items():
+        print(f"  {k:24} {v}")
+    if hosts is not None:
+        print(f"  {'host':40} {'delay s':>8} {'in flight':>9} {'queued':>7}")
+        for h in hosts:
+            print(f"  {h['host']:40} {h['delay']:8.3f} {h['inflight']:9d} {h['queued']:7d}")
+    return 0
+
+
+def cmd_deadlinks(args: argparse.Namespace) -> int:
+    client = _client(args.redis_url)
+    store_url = args.store or jobs.load(client, args.job).settings.store
+    store = open_store(store_url)
+    try:
+        for url, status, referrers in store.dead_links(args.job):
+            if args.json:
+                print(json.dumps({"url": url, "status": status, "linked_from": referrers}))
+            else:
+                print(f"{status} {url}")
+                for ref in referrers:
+                    print(f"      <- {ref}")
+    finally:
+        store.close()
     return 0
 
 
@@ -174,7 +202,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"serving a synthetic web of {args.sites} sites x {args.pages} pages on "
               f"{web.ips[0]}..{web.ips[-1]}; {len(web.reachable_urls())} pages reachable")
         args.seeds = web.seeds()
-        # The demo web lives on loopback addresses; nothing else is ever contacted.
+        # The network guard blocks loopback; open exactly the demo web's addresses.
+        args.allow_networks = [f"{ip}/32" for ip in web.ips]
         return cmd_crawl(args)
     finally:
         web.stop()
@@ -215,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--workers", type=int)
     d.add_argument("-q", "--quiet", action="store_true")
     for name in ("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards", "allow_domains",
-                 "user_agent", "redis_url"):
+                 "user_agent", "redis_url", "allow_networks", "resolve", "sitemaps", "obey_robots"):
         d.set_defaults(**{name: None})
     d.set_defaults(func=cmd_demo)
 
@@ -230,8 +259,16 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--wait", action="store_true", help="return when the job is done")
     st.add_argument("--timeout", type=float, default=0, help="with --wait: give up after N seconds")
     st.add_argument("--json", action="store_true")
+    st.add_argument("--hosts", action="store_true", help="each host's current delay, in flight and queued")
     st.add_argument("--redis-url")
     st.set_defaults(func=cmd_status)
+
+    dl = sub.add_parser("deadlinks", help="404/410 pages of a job and the pages that link to them")
+    dl.add_argument("job")
+    dl.add_argument("--store", help="store URL (default: the job's)")
+    dl.add_argument("--json", action="store_true")
+    dl.add_argument("--redis-url")
+    dl.set_defaults(func=cmd_deadlinks)
 
     sp = sub.add_parser("stop", help="dispatch nothing more for a job")
     sp.add_argument("job")

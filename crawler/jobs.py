@@ -84,6 +84,20 @@ def status(redis: Redis, job_id: str) -> dict[str, Any]:
     return out
 
 
+def hosts(redis: Redis, job_id: str) -> list[dict[str, Any]]:
+    """Per host: current delay, requests in flight, URLs queued."""
+    p = keys.prefix(job_id)
+    delays = {k.decode(): float(v) for k, v in redis.hgetall(p + "delay").items()}
+    inflight = {k.decode(): int(v) for k, v in redis.hgetall(p + "inf").items()}
+    default = load(redis, job_id).settings.delay
+    names = sorted(set(delays) | set(inflight) | {k.decode()[len(p) + 2:] for k in redis.scan_iter(p + "q:*")})
+    pipe = redis.pipeline(transaction=False)
+    for h in names:
+        pipe.llen(keys.host_queue(job_id, h))
+    return [{"host": h, "delay": delays.get(h, default), "inflight": inflight.get(h, 0), "queued": q}
+            for h, q in zip(names, pipe.execute(), strict=True)]
+
+
 def stop(redis: Redis, job_id: str) -> None:
     """Dispatch nothing more for the job; what is in flight still finishes and is stored."""
     pipe = redis.pipeline()

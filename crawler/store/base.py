@@ -50,6 +50,10 @@ class Store(Protocol):
         """Every stored page as a dict of columns."""
         ...
 
+    def dead_links(self, job_id: str) -> list[tuple[str, int, list[str]]]:
+        """(url, status, pages of the job that link to it) for every 404 and 410."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -99,5 +99,20 @@ class SQLiteStore:
         finally:
             conn.close()
 
+    def dead_links(self, job_id: str) -> list[tuple[str, int, list[str]]]:
+        conn = sqlite3.connect(self.path, timeout=60)
+        try:
+            dead = conn.execute("SELECT url, status FROM pages WHERE job_id = ? AND status IN (404, 410) "
+                                "ORDER BY url", (job_id,)).fetchall()
+            out = []
+            for url, status in dead:
+                refs = [r for (r,) in conn.execute(
+                    "SELECT DISTINCT p.url FROM pages p, json_each(p.outlinks) j "
+                    "WHERE p.job_id = ? AND j.value = ? ORDER BY p.url", (job_id, url))]
+                out.append((url, status, refs))
+            return out
+        finally:
+            conn.close()
+
     def close(self) -> None:
         self.conn.close()

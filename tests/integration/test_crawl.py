@@ -239,3 +239,11 @@ def test_bad_input_gives_one_line_reason_and_nonzero_exit(tmp_path: Path) -> Non
     assert res.returncode == 2 and "has no scheme" in res.stderr
     res = cli("status", "no-such-job", "--redis-url", "redis://127.0.0.1:1/0")
     assert res.returncode == 1 and "cannot reach Redis" in res.stderr
+
+
+def test_readme_demo_command_crawls_the_builtin_web(tmp_path: Path) -> None:
+    res = cli("demo", "--out", str(tmp_path / "demo"), "--sites", "2", "--pages", "20", "-q",
+              env=no_private_redis_env())
+    assert res.returncode == 0, res.stderr[-2000:]
+    reachable = int(res.stdout.split(";")[1].split()[0])
+    assert len(rows(tmp_path / "demo" / "crawl.db")) == reachable > 0
