@@ -44,11 +44,13 @@ LeaseExpired = _define("LeaseExpired", Permanent, "lease_expired",
                        "Workers took the URL and never finished it, max_attempts times over.")
 BadURL = _define("BadURL", Permanent, "bad_url", "The URL cannot be fetched (scheme, syntax, length).")
 Decode = _define("Decode", Permanent, "decode", "The body could not be decoded.")
+RobotsUnavailable = _define("RobotsUnavailable", Retryable, "robots_unavailable",
+                            "robots.txt answered 5xx or not at all: the host is off limits until it answers.")
 ProtocolError = _define("ProtocolError", Retryable, "protocol", "The server broke the HTTP protocol.")
 
 REASONS: dict[str, type[CrawlError]] = {
     cls.reason: cls
     for cls in (DNSError, ConnectError, TimeoutError_, HTTP5xx, HTTP429, TLSError, HTTP4xx, TooLarge,
                 RedirectLoop, TooManyRedirects, BadURL, Decode, ProtocolError, BlockedNetwork, OutOfScope,
-                RobotsDisallowed, NotHTML, LeaseExpired)
+                RobotsDisallowed, NotHTML, LeaseExpired, RobotsUnavailable)
 }

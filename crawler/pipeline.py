@@ -103,7 +103,10 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     if s.obey_robots:
         policies, fresh = ctx.politeness.policies([e.url for e in todo], job, fetcher, config, rt.run)
         for e in todo:
-            if not policies[origin_of(e.url)].allowed(e.url, s.robots_user_agent):
+            policy = policies[origin_of(e.url)]
+            if policy.unavailable:
+                blocked[e.url] = errors.RobotsUnavailable.reason
+            elif not policy.allowed(e.url, s.robots_user_agent):
                 blocked[e.url] = errors.RobotsDisallowed.reason
     go = [e.url for e in todo if e.url not in blocked]
     check = ctx.politeness.hop_check(job, fetcher, config, fresh)
@@ -118,6 +121,8 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     for i, (e, r) in enumerate(zip(todo, results, strict=True)):
         if is_retryable(r.error) and e.attempts + 1 < s.max_attempts:
             retry_after = parse_retry_after(header(r, "retry-after")) if r.status in (429, 503) else None
+            if r.error == errors.RobotsUnavailable.reason:
+                retry_after = max(0.0, policies[origin_of(e.url)].expires - now)
             wait = backoff(e.attempts, base=s.retry_base, cap=s.max_delay * 10, retry_after=retry_after)
             done.append(Fetched(e.url, token, now + wait, r.ip))
             pipe.hincrby(keys.counters(job.id), f"retry:{r.error}", 1)
@@ -145,8 +150,8 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     jobs.count(pipe, job.id, fetched=len(pages), failed=failed, bytes=nbytes)
     ctx.frontier.fetched(job.id, done, lease_timeout=s.lease_timeout, delay=s.delay, pipe=pipe)
     pipe.execute()
-    if s.sitemaps and fresh:
-        _admit_sitemaps(ctx, job, ctx.politeness.sitemap_urls(job, fresh, fetcher, config, rt.run))
+    if s.sitemaps and policies:
+        _admit_sitemaps(ctx, job, ctx.politeness.sitemap_urls(job, policies, fetcher, config, rt.run))
     return pages
 
 

@@ -112,7 +112,8 @@ class Politeness:
         for host, raw in zip(names, current, strict=True):
             d = float(raw) if raw is not None else floors[host]
             for r in hosts[host]:
-                if r.status is None and r.error in ("robots", "out_of_scope", "blocked_network", "bad_url"):
+                if r.status is None and r.error in ("robots", "robots_unavailable", "out_of_scope",
+                                                    "blocked_network", "bad_url"):
                     continue  # no request was made to this host
                 retry_after = parse_retry_after(header(r, "retry-after")) if r.status in (429, 503) else None
                 d = next_delay(d, floor=floors[host], latency=r.elapsed, status=r.status,
@@ -121,12 +122,12 @@ class Politeness:
         return out
 
     # -- sitemaps ----------------------------------------------------------------------------
-    def sitemap_urls(self, job: Job, fresh: dict[str, RobotsPolicy], fetcher: Fetcher, config: FetchConfig,
+    def sitemap_urls(self, job: Job, policies: dict[str, RobotsPolicy], fetcher: Fetcher, config: FetchConfig,
                      run: Any) -> list[tuple[str, str]]:
-        """(page URL, sitemap URL) from the sitemaps of origins seen for the first time in this
-        job; each origin's sitemaps are read once per job."""
+        """(page URL, sitemap URL) from the sitemaps robots.txt lists; each origin's sitemaps
+        are read once per job."""
         todo: list[str] = []
-        for origin, policy in fresh.items():
+        for origin, policy in policies.items():
             maps = policy.sitemaps()[:SITEMAPS_PER_HOST]
             if maps and self.redis.sadd(keys.prefix(job.id) + "sitemaps", origin):
                 todo += maps

@@ -26,6 +26,8 @@ class Hit:
     path: str
     start: float
     user_agent: str
+    end: float = 0.0  # when the response was written
+    host: str = ""  # the Host header
 
 
 class _Server(ThreadingHTTPServer):
@@ -132,8 +134,14 @@ class TestWeb:
                 start = time.time()
                 parts = urlsplit(self.path)
                 path = parts.path + (f"?{urlencode(sorted(parse_qsl(parts.query)))}" if parts.query else "")
-                with web._lock:
-                    web.log.append(Hit(site, path, start, self.headers.get("User-Agent", "")))
+                try:
+                    self._serve(site, path)
+                finally:
+                    with web._lock:
+                        web.log.append(Hit(site, path, start, self.headers.get("User-Agent", ""), time.time(),
+                                           self.headers.get("Host", "")))
+
+            def _serve(self, site: int, path: str) -> None:
                 custom = web.routes.get((site, path))
                 if custom is not None:
                     custom(self)
