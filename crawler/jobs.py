@@ -50,7 +50,8 @@ def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | Non
     })
     redis.sadd(keys.JOBS, job_id)
     Frontier(redis).admit(job_id, [Entry(u) for u in dict.fromkeys(canon)], settings.shards,
-                          budget=settings.max_pages, max_depth=settings.max_depth)
+                          budget=settings.max_pages, max_depth=settings.max_depth,
+                          host_budget=settings.max_pages_per_host)
     return job_id
 
 

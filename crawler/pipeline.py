@@ -103,11 +103,9 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     if s.obey_robots:
         policies, fresh = ctx.politeness.policies([e.url for e in todo], job, fetcher, config, rt.run)
         for e in todo:
-            policy = policies[origin_of(e.url)]
-            if policy.unavailable:
-                blocked[e.url] = errors.RobotsUnavailable.reason
-            elif not policy.allowed(e.url, s.robots_user_agent):
-                blocked[e.url] = errors.RobotsDisallowed.reason
+            reason = policies[origin_of(e.url)].block_reason(e.url, s.robots_user_agent)
+            if reason:
+                blocked[e.url] = reason
     go = [e.url for e in todo if e.url not in blocked]
     check = ctx.politeness.hop_check(job, fetcher, config, fresh)
     fetched = dict(zip(go, rt.run(fetcher.fetch_many(go, config, check)), strict=True)) if go else {}

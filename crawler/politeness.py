@@ -87,7 +87,7 @@ class Politeness:
             if policy is None:
                 policy = (await self._fetch_robots([origin], fetcher, config, job))[origin]
                 fresh[origin] = policy
-            return None if policy.allowed(url, s.robots_user_agent) else errors.RobotsDisallowed.reason
+            return policy.block_reason(url, s.robots_user_agent)
 
         return check
 

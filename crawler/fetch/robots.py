@@ -39,6 +39,7 @@ class RobotsPolicy:
     status: int | None  # None: no answer at all
     body: str
     expires: float
+    error: str | None = None  # why there was no answer, when it is the origin's own fault
 
     def __post_init__(self) -> None:
         self._rules: Protego | None = None
@@ -58,6 +59,14 @@ class RobotsPolicy:
             return False
         return True if self._rules is None else bool(self._rules.can_fetch(url, agent))
 
+    def block_reason(self, url: str, agent: str) -> str | None:
+        """Why the URL may not be fetched now (a reason code), or None."""
+        if self.error == "blocked_network":
+            return "blocked_network"
+        if self.unavailable:
+            return "robots_unavailable"
+        return None if self.allowed(url, agent) else "robots"
+
     def crawl_delay(self, agent: str) -> float | None:
         delay = self._rules.crawl_delay(agent) if self._rules is not None else None
         return float(delay) if delay is not None else None
@@ -66,12 +75,12 @@ class RobotsPolicy:
         return list(self._rules.sitemaps) if self._rules is not None else []
 
     def dumps(self) -> str:
-        return json.dumps({"s": self.status, "b": self.body, "e": self.expires})
+        return json.dumps({"s": self.status, "b": self.body, "e": self.expires, "r": self.error})
 
     @classmethod
     def loads(cls, raw: str | bytes) -> RobotsPolicy:
         d = json.loads(raw)
-        return cls(d["s"], d["b"], d["e"])
+        return cls(d["s"], d["b"], d["e"], d.get("r"))
 
 
 class RobotsCache:
@@ -127,8 +136,10 @@ def policy_from_fetch(status: int | None, body: bytes, error: str | None, *, ttl
     now = time.time() if now is None else now
     if error in ("too_many_redirects", "redirect_loop"):
         return RobotsPolicy(404, "", now + ttl)  # RFC 9309: may be treated as unavailable (4xx)
-    if status is None or status >= 500 or (error and status is None):
-        return RobotsPolicy(None if status is None else status, "", now + retry_ttl)
+    if error == "blocked_network":
+        return RobotsPolicy(None, "", now + ttl, error)  # our rule, not the server's state
+    if status is None or status >= 500:
+        return RobotsPolicy(status, "", now + retry_ttl, error)
     text = body[:ROBOTS_MAX_BYTES].decode("utf-8", errors="replace") if 200 <= status < 300 else ""
     return RobotsPolicy(status, text, now + ttl)
 

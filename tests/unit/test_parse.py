@@ -80,3 +80,43 @@ def test_is_html() -> None:
     assert is_html("application/xhtml+xml")
     assert not is_html("application/pdf")
     assert not is_html("image/png")
+
+
+def test_charset_only_in_meta() -> None:
+    body = '<html><head><meta http-equiv="Content-Type" content="text/html; charset=windows-1251">' \
+           '<title>Привет</title></head></html>'
+    assert parse_html("http://e.com/", body.encode("cp1251"), "text/html").title == "Привет"
+
+
+def test_charset_only_from_bom() -> None:
+    body = "<html><head><title>Grüße</title></head></html>"
+    assert parse_html("http://e.com/", b"\xef\xbb\xbf" + body.encode("utf-8"), "text/html").title == "Grüße"
+    assert parse_html("http://e.com/", body.encode("utf-16"), "text/html").title == "Grüße"
+
+
+def test_wrong_or_unknown_declared_charset_never_crashes() -> None:
+    body = "<html><head><title>naïve</title></head></html>".encode()
+    # The header lies (says latin-1 for UTF-8 bytes): we decode as told, without failing.
+    assert parse_html("http://e.com/", body, "text/html; charset=iso-8859-1").title == "naÃ¯ve"
+    assert parse_html("http://e.com/", body, "text/html; charset=no-such-charset").title == "naïve"
+    assert parse_html("http://e.com/", b"\xfa\xfb<title>x", "text/html; charset=utf-8").title == "x"
+
+
+def test_nul_laced_and_truncated_html() -> None:
+    p = parse_html("http://e.com/", b"<html><title>A\x00B</title><body><a href='/x\x00y'>x</a><a href=/z>z",
+                   "text/html")
+    assert p.title == "AB" and "http://e.com/z" in p.links
+
+
+def test_xml_declaration_with_encoding() -> None:
+    body = '<?xml version="1.0" encoding="iso-8859-1"?><html><head><title>café</title></head></html>'
+    assert parse_html("http://e.com/", body.encode("latin-1"), "application/xhtml+xml").title == "café"
+
+
+def test_hostile_hrefs_are_skipped_not_fatal() -> None:
+    hrefs = ["javascript:alert(1)", "mailto:x@y.z", "data:text/html,hi", "ftp://e.com/f", "http://[::1",
+             "http://%zz/", "  /spaced path  ", "/" + "a" * 3000, "\t\n/tabbed\n"]
+    body = "".join(f'<a href="{h}">x</a>' for h in hrefs).encode()
+    p = parse_html("http://e.com/", body, "text/html")
+    assert "http://e.com/spaced path" in p.links and "http://e.com/tabbed" in p.links
+    assert p.skipped_links == 5  # javascript:, mailto:, data:, ftp:, the broken IPv6 literal
