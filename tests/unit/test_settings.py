@@ -38,3 +38,11 @@ def test_job_settings_travel_and_process_settings_do_not() -> None:
 
 def test_readme_table_matches_settings_module() -> None:
     assert settings_table() in README.read_text(), "regenerate with: crawler settings"
+
+
+def test_readme_documents_every_reason_code() -> None:
+    from crawler.errors import REASONS
+
+    text = README.read_text()
+    missing = [code for code in REASONS if f"| `{code}` |" not in text]
+    assert not missing, missing
