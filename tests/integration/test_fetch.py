@@ -9,34 +9,16 @@ from http.server import BaseHTTPRequestHandler
 from crawler.fetch import FetchConfig, fetch_batch
 from crawler.testweb import TestWeb
 from tests.conftest import TEST_NETWORKS
+from tests.web import handlers as hw
 
 CFG = FetchConfig(user_agent="test-agent/1", connect_timeout=2, read_timeout=2, deadline=3, max_redirects=3,
                   max_body=50_000, allow_networks=tuple(TEST_NETWORKS.split(",")))
 
 
-def _redirect(to: str, status: int = 301) -> Callable[[BaseHTTPRequestHandler], None]:
-    def handler(h: BaseHTTPRequestHandler) -> None:
-        h.send_response(status)
-        h.send_header("Location", to)
-        h.send_header("Content-Length", "0")
-        h.end_headers()
-    return handler
-
-
-def _body(data: bytes, headers: dict[str, str] | None = None) -> Callable[[BaseHTTPRequestHandler], None]:
-    def handler(h: BaseHTTPRequestHandler) -> None:
-        h.send_response(200)
-        for k, v in {"Content-Type": "text/html", "Content-Length": str(len(data)), **(headers or {})}.items():
-            h.send_header(k, v)
-        h.end_headers()
-        h.wfile.write(data)
-    return handler
-
-
 def test_redirect_hops_recorded(make_web: Callable[..., TestWeb]) -> None:
     web = make_web(1, 5)
-    web.route(0, "/r1", _redirect("/r2", 302))
-    web.route(0, "/r2", _redirect(web.url(0, "/p/1.html")))
+    web.route(0, "/r1", hw.redirect("/r2", 302))
+    web.route(0, "/r2", hw.redirect(web.url(0, "/p/1.html")))
     (res,) = fetch_batch([web.url(0, "/r1")], CFG)
     assert res.error is None and res.status == 200
     assert res.final_url == web.url(0, "/p/1.html")
@@ -46,10 +28,10 @@ def test_redirect_hops_recorded(make_web: Callable[..., TestWeb]) -> None:
 
 def test_redirect_loop_and_chain_over_cap(make_web: Callable[..., TestWeb]) -> None:
     web = make_web(1, 2)
-    web.route(0, "/loop-a", _redirect("/loop-b"))
-    web.route(0, "/loop-b", _redirect("/loop-a"))
+    web.route(0, "/loop-a", hw.redirect("/loop-b"))
+    web.route(0, "/loop-b", hw.redirect("/loop-a"))
     for i in range(10):
-        web.route(0, f"/chain/{i}", _redirect(f"/chain/{i + 1}"))
+        web.route(0, f"/chain/{i}", hw.redirect(f"/chain/{i + 1}"))
     loop, chain = fetch_batch([web.url(0, "/loop-a"), web.url(0, "/chain/0")], CFG)
     assert loop.error == "redirect_loop"
     assert chain.error == "too_many_redirects" and len(chain.redirects) == CFG.max_redirects + 1
@@ -73,9 +55,9 @@ def test_status_codes_become_reasons(make_web: Callable[..., TestWeb]) -> None:
 
 def test_body_cut_at_cap_even_when_compressed(make_web: Callable[..., TestWeb]) -> None:
     web = make_web(1, 2)
-    web.route(0, "/big", _body(b"a" * 500_000))
+    web.route(0, "/big", hw.body(b"a" * 500_000))
     bomb = gzip.compress(b"<html>" + b"b" * 5_000_000)
-    web.route(0, "/bomb", _body(bomb, {"Content-Encoding": "gzip"}))
+    web.route(0, "/bomb", hw.body(bomb, {"Content-Encoding": "gzip"}))
     big, zipped = fetch_batch([web.url(0, "/big"), web.url(0, "/bomb")], CFG)
     assert big.error == "too_large" and len(big.body) == CFG.max_body
     assert zipped.error == "too_large" and len(zipped.body) == CFG.max_body
@@ -94,7 +76,7 @@ def test_connection_refused_is_named_and_batch_goes_on(make_web: Callable[..., T
 def test_blocked_network_never_contacted_even_through_a_redirect(make_web: Callable[..., TestWeb]) -> None:
     web = make_web(1, 2)
     outside = make_web(1, 2, base_ip="127.0.9.")  # loopback, but not in the allowed networks
-    web.route(0, "/jump", _redirect(outside.url(0, "/")))
+    web.route(0, "/jump", hw.redirect(outside.url(0, "/")))
     direct, jumped = fetch_batch([outside.url(0, "/"), web.url(0, "/jump")], CFG)
     assert direct.error == "blocked_network" and direct.status is None
     assert jumped.error == "blocked_network" and jumped.redirects == [(301, web.url(0, "/jump"))]
@@ -118,17 +100,7 @@ def test_trickling_and_silent_servers_end_at_the_deadline(make_web: Callable[...
 
     web = make_web(1, 3)
 
-    def trickle(h: BaseHTTPRequestHandler) -> None:
-        h.send_response(200)
-        h.send_header("Content-Type", "text/html")
-        h.send_header("Content-Length", "1000")
-        h.end_headers()
-        for _ in range(20):
-            h.wfile.write(b"x")
-            h.wfile.flush()
-            time.sleep(0.5)
-
-    web.route(0, "/trickle", trickle)
+    web.route(0, "/trickle", hw.trickle(chunks=20, every=0.5))
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(5)  # accepts connections, never answers
@@ -146,7 +118,7 @@ def test_trickling_and_silent_servers_end_at_the_deadline(make_web: Callable[...
 
 def test_not_html_is_metadata_only(make_web: Callable[..., TestWeb]) -> None:
     web = make_web(1, 2)
-    web.route(0, "/file.pdf", _body(b"%PDF-1.4" + b"x" * 40_000, {"Content-Type": "application/pdf"}))
+    web.route(0, "/file.pdf", hw.body(b"%PDF-1.4" + b"x" * 40_000, {"Content-Type": "application/pdf"}))
     (res,) = fetch_batch([web.url(0, "/file.pdf")], CFG)
     assert res.status == 200 and res.error == "not_html" and res.body == b""
     assert res.content_type == "application/pdf"

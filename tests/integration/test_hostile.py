@@ -23,17 +23,6 @@ from tests.web import handlers as hw
 MB = 1_000_000
 
 
-def _trickle(h: BaseHTTPRequestHandler) -> None:
-    h.send_response(200)
-    h.send_header("Content-Type", "text/html")
-    h.send_header("Content-Length", "100000")
-    h.end_headers()
-    for _ in range(30):
-        h.wfile.write(b"x")
-        h.wfile.flush()
-        time.sleep(1.0)
-
-
 def _hang(h: BaseHTTPRequestHandler) -> None:
     time.sleep(30)  # accepted, never answered
 
@@ -73,7 +62,7 @@ def test_mixed_healthy_and_hostile_web(make_web: Callable[..., TestWeb], workers
         "/gzip-bomb": hw.body(gzip.compress(b" " * (50 * MB)), headers={"Content-Encoding": "gzip"}),
         "/deflate-bomb": hw.body(zlib.compress(b" " * (50 * MB)), headers={"Content-Encoding": "deflate"}),
         "/br-bomb": hw.body(brotli.compress(b" " * (50 * MB)), headers={"Content-Encoding": "br"}),
-        "/trickle": _trickle, "/hang": _hang,
+        "/trickle": hw.trickle(), "/hang": _hang,
         "/doc.pdf": hw.body(b"%PDF-1.4 " + b"z" * 10_000, ctype="application/pdf"),
         "/server-error": hw.body(b"oops", 500), "/gone": hw.body(b"gone", 410),
         "/broken.html": hw.body(b"<html><title>Bro\x00ken</title><body><div><a href='/after-broken.html'>n"

@@ -47,3 +47,17 @@ def slow(seconds: float, then: Handler) -> Handler:
 def html(title: str, links: list[str] = (), extra: str = "") -> bytes:  # type: ignore[assignment]
     anchors = "".join(f'<a href="{u}">{u}</a>' for u in links)
     return f"<html><head><title>{title}</title></head><body>{anchors}{extra}</body></html>".encode()
+
+
+def trickle(chunks: int = 30, every: float = 1.0) -> Handler:
+    """Promises a large body, then sends one byte per ``every`` seconds."""
+    def handler(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "text/html")
+        h.send_header("Content-Length", "100000")
+        h.end_headers()
+        for _ in range(chunks):
+            h.wfile.write(b"x")
+            h.wfile.flush()
+            time.sleep(every)
+    return handler
