@@ -57,7 +57,7 @@ def test_body_cut_at_cap_even_when_compressed(make_web: Callable[..., TestWeb]) 
     web = make_web(1, 2)
     web.route(0, "/big", hw.body(b"a" * 500_000))
     bomb = gzip.compress(b"<html>" + b"b" * 5_000_000)
-    web.route(0, "/bomb", hw.body(bomb, {"Content-Encoding": "gzip"}))
+    web.route(0, "/bomb", hw.body(bomb, headers={"Content-Encoding": "gzip"}))
     big, zipped = fetch_batch([web.url(0, "/big"), web.url(0, "/bomb")], CFG)
     assert big.error == "too_large" and len(big.body) == CFG.max_body
     assert zipped.error == "too_large" and len(zipped.body) == CFG.max_body
@@ -118,7 +118,7 @@ def test_trickling_and_silent_servers_end_at_the_deadline(make_web: Callable[...
 
 def test_not_html_is_metadata_only(make_web: Callable[..., TestWeb]) -> None:
     web = make_web(1, 2)
-    web.route(0, "/file.pdf", hw.body(b"%PDF-1.4" + b"x" * 40_000, {"Content-Type": "application/pdf"}))
+    web.route(0, "/file.pdf", hw.body(b"%PDF-1.4" + b"x" * 40_000, headers={"Content-Type": "application/pdf"}))
     (res,) = fetch_batch([web.url(0, "/file.pdf")], CFG)
     assert res.status == 200 and res.error == "not_html" and res.body == b""
     assert res.content_type == "application/pdf"
