@@ -92,9 +92,11 @@ def _adder(url: str, start: float, q: multiprocessing.Queue) -> None:
 
 
 def test_processes_racing_on_overlapping_batches_each_url_new_once(r: redis.Redis, redis_url: str) -> None:
-    q: multiprocessing.Queue = multiprocessing.Queue()
-    start = time.time() + 0.5
-    procs = [multiprocessing.Process(target=_adder, args=(redis_url, start, q)) for _ in range(4)]
+    # spawn, not fork: a child forked from a threaded test process can inherit a held lock.
+    ctx = multiprocessing.get_context("spawn")
+    q: multiprocessing.Queue = ctx.Queue()
+    start = time.time() + 3.0  # spawned interpreters take a moment to start
+    procs = [ctx.Process(target=_adder, args=(redis_url, start, q)) for _ in range(4)]
     for p in procs:
         p.start()
     won = [u for _ in procs for u in q.get(timeout=60)]
