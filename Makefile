@@ -2,7 +2,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# Tests run in parallel, each process with its own private Redis; 2 cores here.
+# Tests run in parallel, each process with its own private Redis; 2 cores here. worksteal, not
+# the default pre-assignment, keeps the long end-to-end tests from piling onto one process.
 PYTEST_WORKERS ?= auto
 
 .PHONY: install test lint unit demo settings-table clean
@@ -18,7 +19,7 @@ lint: $(PY)
 	$(PY) -m ruff check crawler tests
 
 test: lint
-	$(PY) -m pytest -n $(PYTEST_WORKERS) -p no:cacheprovider --durations=10 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal -p no:cacheprovider --durations=10 $(PYTEST_ARGS)
 
 unit: $(PY)
 	$(PY) -m pytest -p no:cacheprovider tests/unit

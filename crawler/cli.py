@@ -138,6 +138,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"job {st['id']}: {st['status']}  ({_summary(st)})")
     for k, v in st["counters"].items():
         print(f"  {k:24} {v}")
+    c = st["counters"]
+    if c.get("cache_lookups"):
+        print(f"  {'local cache hit rate':24} {c.get('cache_hits', 0) / c['cache_lookups']:.1%}")
     if hosts is not None:
         print(f"  {'host':40} {'delay s':>8} {'in flight':>9} {'queued':>7}")
         for h in hosts:
@@ -159,6 +162,17 @@ def cmd_deadlinks(args: argparse.Namespace) -> int:
                     print(f"      <- {ref}")
     finally:
         store.close()
+    return 0
+
+
+def cmd_reset_seen(args: argparse.Namespace) -> int:
+    from crawler.dedup.bloom import BloomSeen
+    from crawler.frontier import keys
+
+    client = _client(args.redis_url)
+    jobs.status(client, args.job)
+    deleted = BloomSeen(client, args.job).reset() + int(client.delete(keys.seen(args.job)))
+    print(f"job {args.job}: seen-set cleared ({deleted} keys)")
     return 0
 
 
@@ -269,6 +283,11 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument("--json", action="store_true")
     dl.add_argument("--redis-url")
     dl.set_defaults(func=cmd_deadlinks)
+
+    rs = sub.add_parser("reset-seen", help="forget which URLs a job has seen (its Bloom filter or set)")
+    rs.add_argument("job")
+    rs.add_argument("--redis-url")
+    rs.set_defaults(func=cmd_reset_seen)
 
     sp = sub.add_parser("stop", help="dispatch nothing more for a job")
     sp.add_argument("job")

@@ -49,9 +49,9 @@ def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | Non
         "settings": json.dumps(job_settings), "seeds": json.dumps(canon),
     })
     redis.sadd(keys.JOBS, job_id)
-    Frontier(redis).admit(job_id, [Entry(u) for u in dict.fromkeys(canon)], settings.shards,
-                          budget=settings.max_pages, max_depth=settings.max_depth,
-                          host_budget=settings.max_pages_per_host)
+    from crawler.dedup import admit_links
+
+    admit_links(redis, Frontier(redis), job_id, settings, [Entry(u) for u in dict.fromkeys(canon)])
     return job_id
 
 

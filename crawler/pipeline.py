@@ -19,6 +19,7 @@ from typing import Any
 from redis import Redis
 
 from crawler import errors, jobs
+from crawler.dedup import BloomSeen, SeenCache, admit_links, bloom_for
 from crawler.errors import BadURL
 from crawler.fetch import FetchConfig, Fetcher
 from crawler.fetch.client import runtime
@@ -28,6 +29,7 @@ from crawler.frontier.ratecontrol import backoff, parse_retry_after
 from crawler.jobs import Job
 from crawler.parse import is_html, parse_html
 from crawler.politeness import Politeness, blocked_result, header, is_retryable
+from crawler.settings import Settings
 from crawler.sharding import shard_of_url
 from crawler.store import PageRecord, Store, open_store
 from crawler.store.warc import WarcFiles
@@ -53,6 +55,14 @@ class Context:
     def __post_init__(self) -> None:
         self.frontier = Frontier(self.redis)
         self.politeness = Politeness(self.redis)
+        self.cache = SeenCache(Settings.from_env().local_cache_size or 1)
+        self._blooms: dict[str, BloomSeen] = {}
+
+    def bloom(self, job: Job) -> BloomSeen:
+        b = self._blooms.get(job.id)
+        if b is None:
+            b = self._blooms[job.id] = bloom_for(self.redis, job.id, job.settings)
+        return b
 
     def store(self, url: str) -> Store:
         s = self._stores.get(url)
@@ -224,10 +234,14 @@ def dedup_stage(ctx: Context, job: Job, token: str, links: Sequence[Link]) -> li
         prev = best.get(canon)
         if prev is None or depth < prev.depth:
             best[canon] = Entry(canon, depth, referrer)
-    if bad or traps:
-        jobs.count(ctx.redis, job.id, bad_url=bad, dropped_trap=traps)
-    return ctx.frontier.admit(job.id, list(best.values()), s.shards, token=token, budget=s.max_pages,
-                              max_depth=s.max_depth, host_budget=s.max_pages_per_host)
+    # The cache may not answer for depth-limited jobs: a URL seen again by a shorter path must
+    # reach the exact set, which keeps shortest depths.
+    cache = ctx.cache if s.local_cache_size and not s.max_depth else None
+    queued, hits = admit_links(ctx.redis, ctx.frontier, job.id, s, list(best.values()), token=token, cache=cache,
+                               bloom=ctx.bloom(job) if s.uses_bloom else None)
+    jobs.count(ctx.redis, job.id, bad_url=bad, dropped_trap=traps, cache_lookups=len(best) if cache else 0,
+               cache_hits=hits)
+    return queued
 
 
 def store_stage(ctx: Context, job: Job, token: str, pages: list[Page]) -> int:

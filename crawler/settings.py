@@ -39,6 +39,10 @@ class Settings:
     sitemaps: bool = _s(False, "Seed the job with the URLs of the Sitemap: files robots.txt lists", job=True)
     max_attempts: int = _s(3, "Fetch attempts for retryable failures (dns, connect, timeout, 5xx, 429)", job=True)
     retry_base: float = _s(2.0, "Seconds before the first retry; doubles each attempt, with jitter", job=True)
+    dedup: str = _s("auto", "Seen-set: bloom (Redis Bloom filter), set (exact, keeps shortest depths), auto (bloom unless --max-depth)", job=True)
+    bloom_capacity: int = _s(1_000_000, "URLs the Bloom filter is sized for before it grows a layer", job=True)
+    bloom_error_rate: float = _s(1e-6, "False-positive rate of the Bloom filter's first layer", job=True)
+    local_cache_size: int = _s(100_000, "URLs each worker process remembers as seen, to skip Redis (0: off)")
     max_pages_per_host: int = _s(0, "Pages admitted per host at most: stops session-id and calendar traps (0: no limit)", job=True)
     max_repeated_segments: int = _s(3, "URLs repeating one path segment more often are dropped as traps (0: no limit)", job=True)
     allow_networks: list = _s([], "Networks (CIDR) fetched although not public; by default loopback, private, link-local, CGNAT, multicast and reserved addresses are never contacted", job=True)
@@ -86,6 +90,9 @@ class Settings:
                 raise ValueError(f"setting {name} must be >= 0, got {getattr(self, name)}")
         from crawler.fetch.netguard import parse_networks
 
+        if self.dedup not in ("auto", "bloom", "set"):
+            raise ValueError(f"setting dedup must be auto, bloom or set, got {self.dedup!r}")
+
         parse_networks(self.allow_networks)
         for item in self.resolve:
             if "=" not in item:
@@ -93,6 +100,11 @@ class Settings:
         if self.task_time_limit >= self.visibility_timeout:
             raise ValueError("task_time_limit must be shorter than visibility_timeout, or Redis redelivers running tasks")
         return self
+
+    @property
+    def uses_bloom(self) -> bool:
+        # Depth limits need each URL's shortest depth, which only the exact set can hold.
+        return self.dedup == "bloom" or (self.dedup == "auto" and not self.max_depth)
 
     def job_settings(self) -> dict[str, Any]:
         """The settings that travel with a job to every worker."""

@@ -67,16 +67,18 @@ class Frontier:
         self._promote = redis.register_script(lua.PROMOTE)
 
     def admit(self, job: str, entries: Sequence[Entry], shards: int, *, token: str = "",
-              budget: int = 0, max_depth: int = 0, host_budget: int = 0, now: float | None = None) -> list[str]:
+              budget: int = 0, max_depth: int = 0, host_budget: int = 0, trusted: bool = False,
+              now: float | None = None) -> list[str]:
         """Queue the entries whose canonical URL this job has not seen; return those URLs.
 
         ``token`` names a link batch registered with ``expect``; a batch admitted once is
         ignored when delivered again. ``budget`` caps the URLs a job ever admits (0: none).
         ``max_depth`` (0: none) lets a URL found again by a shorter path be expanded again.
-        ``host_budget`` caps the URLs admitted per host (0: none).
+        ``host_budget`` caps the URLs admitted per host (0: none). ``trusted``: the entries were
+        judged new already (by the Bloom filter); the exact seen hash is skipped.
         """
         args: list[str | int | float] = [keys.prefix(job), job, token, now or time.time(), budget, max_depth,
-                                         host_budget]
+                                         host_budget, int(trusted)]
         for e in entries:
             args += [e.url, host_key(e.url), shard_of_url(e.url, shards), e.encode()]
         return [u.decode() for u in self._admit(args=args)]

@@ -96,10 +96,12 @@ local function parse_lease(l)
 end
 """
 
-# ARGV: prefix, job, token, now, budget, max_depth, host_budget, then (url, host, shard, entry).
+# ARGV: prefix, job, token, now, budget, max_depth, host_budget, trusted, then (url, host, shard,
+# entry). ``trusted`` = 1: the URLs were judged new already (by the Bloom filter), so the exact
+# seen hash is neither read nor written.
 ADMIT = _HELPERS + """
 local token, now, budget, maxd = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local host_budget = tonumber(ARGV[7])
+local host_budget, trusted = tonumber(ARGV[7]), ARGV[8] == '1'
 if token ~= '' and redis.call('SREM', P .. 'pend', token) == 0 then
   return {}  -- this link batch was admitted before: a redelivery
 end
@@ -111,21 +113,22 @@ end
 local cnt, seen = P .. 'cnt', P .. 'seen'
 local admitted = tonumber(redis.call('HGET', cnt, 'admitted') or '0')
 local new, dup, over, again, over_host = {}, 0, 0, 0, 0
-for i = 8, #ARGV, 4 do
+for i = 9, #ARGV, 4 do
   local url, host, shard, e = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local d = entry_depth(e)
-  local cur = redis.call('HGET', seen, url)
+  local cur = false
+  if not trusted then cur = redis.call('HGET', seen, url) end
   if not cur then
     if budget > 0 and admitted >= budget then
-      redis.call('HSET', seen, url, 'b')
+      if not trusted then redis.call('HSET', seen, url, 'b') end
       over = over + 1
     elseif host_budget > 0 and tonumber(redis.call('HGET', P .. 'hostn', host) or '0') >= host_budget then
-      redis.call('HSET', seen, url, 'b')
+      if not trusted then redis.call('HSET', seen, url, 'b') end
       over_host = over_host + 1
     else
       admitted = admitted + 1
       if host_budget > 0 then redis.call('HINCRBY', P .. 'hostn', host, 1) end
-      redis.call('HSET', seen, url, d)
+      if not trusted then redis.call('HSET', seen, url, d) end
       requeue(host, shard, e, now)
       new[#new + 1] = url
     end
@@ -296,12 +299,14 @@ for i = 6, #ARGV, 2 do
       redis.call('HDEL', P .. 'lease', url)
       redis.call('ZREM', P .. 'lexp', url)
       local ed = entry_depth(e)
-      local best = tonumber(redis.call('HGET', P .. 'seen', url))
-      if best and maxd > 0 and best < ed and ed >= maxd and best < maxd then
+      local best = false
+      if maxd > 0 then best = tonumber(redis.call('HGET', P .. 'seen', url)) end
+      if best and best < ed and ed >= maxd and best < maxd then
         requeue(host, shard, with_depth(e, best), now)
         again = again + 1
       else
-        redis.call('HSET', P .. 'seen', url, 'x' .. ed)
+        -- Only depth-limited jobs need to know a URL was stored, and at what depth.
+        if maxd > 0 then redis.call('HSET', P .. 'seen', url, 'x' .. ed) end
         n = n + 1
       end
     end

@@ -247,3 +247,25 @@ def test_readme_demo_command_crawls_the_builtin_web(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr[-2000:]
     reachable = int(res.stdout.split(";")[1].split()[0])
     assert len(rows(tmp_path / "demo" / "crawl.db")) == reachable > 0
+
+
+def test_bloom_and_exact_dedup_store_the_same_set(make_web: Callable[..., TestWeb], workers: Workers,
+                                                  r: redis.Redis, tmp_path: Path) -> None:
+    web = make_web(4, 60)
+    workers.start("w0", "shard-0,shard-1,shard-2,shard-3")
+    workers.start("w1", "shard-0,shard-1,shard-2,shard-3")
+    got = {}
+    for mode in ("bloom", "set"):
+        job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{tmp_path}/{mode}.db", dedup=mode), web.seeds())
+        st = wait_done(r, job_id)
+        got[mode] = {row["url"] for row in rows(tmp_path / f"{mode}.db")}
+        assert len(rows(tmp_path / f"{mode}.db")) == len(got[mode])
+        has_bloom = r.exists(f"c:{{{job_id}}}:bloom")
+        assert has_bloom == (mode == "bloom")
+        if mode == "bloom":
+            c = st["counters"]
+            assert c["cache_lookups"] > 0 and c["cache_hits"] > 0
+            assert not r.exists(f"c:{{{job_id}}}:seen")  # no per-URL memory in Redis
+            res = cli("reset-seen", job_id)
+            assert res.returncode == 0 and not r.exists(f"c:{{{job_id}}}:bloom"), res.stderr
+    assert got["bloom"] == got["set"] == web.reachable_urls()

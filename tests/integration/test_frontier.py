@@ -173,9 +173,11 @@ def _race(url: str, job: str, start: float, n: int, q: multiprocessing.Queue) ->
 
 def test_racing_workers_enqueue_each_url_once(r: redis.Redis, redis_url: str) -> None:
     _start(r)
-    q: multiprocessing.Queue = multiprocessing.Queue()
-    start = time.time() + 0.5
-    procs = [multiprocessing.Process(target=_race, args=(redis_url, JOB, start, 300, q)) for _ in range(4)]
+    # spawn, not fork: a child forked from a threaded test process can inherit a held lock.
+    ctx = multiprocessing.get_context("spawn")
+    q: multiprocessing.Queue = ctx.Queue()
+    start = time.time() + 3.0  # spawned interpreters take a moment to start
+    procs = [ctx.Process(target=_race, args=(redis_url, JOB, start, 300, q)) for _ in range(4)]
     for p in procs:
         p.start()
     won = [u for _ in procs for u in q.get(timeout=30)]

@@ -1,0 +1,53 @@
+"""Seen-sets: the exact set (in the frontier's admit script), the Redis Bloom filter, and the
+per-process cache in front of them. ``admit_links`` is the one way URLs enter a job."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from redis import Redis
+
+from crawler.dedup.bloom import BloomSeen
+from crawler.dedup.cache import SeenCache
+from crawler.frontier import Entry, Frontier
+from crawler.settings import Settings
+
+__all__ = ["BloomSeen", "SeenCache", "admit_links"]
+
+
+def bloom_for(redis: Redis, job_id: str, settings: Settings) -> BloomSeen:
+    return BloomSeen(redis, job_id, capacity=settings.bloom_capacity, p=settings.bloom_error_rate)
+
+
+def admit_links(redis: Redis, frontier: Frontier, job_id: str, settings: Settings, entries: Sequence[Entry],
+                token: str = "", cache: SeenCache | None = None,
+                bloom: BloomSeen | None = None) -> tuple[list[str], int]:
+    """Queue the canonical entries this job has not seen. Returns (URLs queued, cache hits).
+
+    With the Bloom filter, the filter decides what is new (memoised by ``token``, so a
+    redelivered batch gets the same answer) and the frontier queues those; otherwise the
+    frontier's exact seen hash decides, atomically with the queueing. The local cache, when
+    given, answers for URLs this process already knows are seen."""
+    hits = 0
+    if cache is not None:
+        fresh = [e for e in entries if not cache.seen(f"{job_id} {e.url}")]
+        hits = len(entries) - len(fresh)
+        entries = fresh
+    budget = dict(budget=settings.max_pages, max_depth=settings.max_depth, host_budget=settings.max_pages_per_host)
+    if settings.uses_bloom:
+        bloom = bloom or bloom_for(redis, job_id, settings)
+        by_url = {e.url: e for e in entries}
+        new = set(bloom.add_many(list(by_url), token=token)) if by_url else set()
+        queued = frontier.admit(job_id, [e for e in entries if e.url in new], settings.shards, token=token,
+                                trusted=True, **budget)
+        dup = len(entries) - len(new)
+        if dup or hits:
+            redis.hincrby(f"c:{{{job_id}}}:cnt", "duplicates", dup + hits)
+    else:
+        queued = frontier.admit(job_id, entries, settings.shards, token=token, **budget)
+        if hits:
+            redis.hincrby(f"c:{{{job_id}}}:cnt", "duplicates", hits)
+    if cache is not None:
+        for e in entries:
+            cache.add(f"{job_id} {e.url}")
+    return queued, hits

@@ -1,0 +1,273 @@
+"""A scalable, segmented Bloom filter in Redis (the ZooKeeper/Redis crawler's design).
+
+Sizing: m = -n ln p / (ln 2)^2 bits and k = (m/n) ln 2 hashes for n URLs at false-positive rate
+p. The bits are split into segments, each its own Redis key, so a filter can pass one string's
+512 MB limit and segments can sit on different servers by key hash. One 128-bit mmh3 hash per
+URL picks its segment and, by double hashing, all k bit positions inside it: a URL is tested and
+set in one place, by one ``BITFIELD ... SET u1`` command, which returns the old bits. So the
+check-and-add is atomic per URL without optimistic locks: two workers adding one URL at the same
+moment are serialised by Redis, and exactly one sees a zero bit. A batch costs one script call
+per segment it touches, pipelined.
+
+Capacity: a layer that has taken n URLs is frozen and a new layer twice as large, with half the
+p, takes further additions (a scalable Bloom filter), so the overall rate stays below
+p / (1 - 1/2) = 2p instead of silently degrading. Frozen layers are only read; the script for
+the current layer refuses to run if a newer layer exists, so the growth boundary is exactly-once
+too. Segments are created at full size, sized to fill an allocator size class, so Redis memory
+is the bits plus a few bytes per segment.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import mmh3
+from redis import Redis
+
+log = logging.getLogger(__name__)
+
+MAX_SEGMENT_BYTES = (1 << 20) - 16  # one 1 MiB allocation with the string header
+_SDS_OVERHEAD = 10  # Redis string header and terminator
+GROWTH = 2
+TIGHTENING = 0.5
+MEMO_TTL = 3600
+
+
+def _size_class(n: int) -> int:
+    """The allocation jemalloc makes for n bytes: four classes per power of two."""
+    if n <= 4096:
+        return max(16, 1 << (n - 1).bit_length()) if n & (n - 1) else n
+    spacing = 1 << (n.bit_length() - 3)
+    return -(-n // spacing) * spacing
+
+
+@dataclass(frozen=True)
+class Layer:
+    index: int
+    capacity: int  # URLs it is sized for
+    p: float
+    k: int
+    segments: int
+    segment_bits: int
+
+    @property
+    def bits(self) -> int:
+        return self.segments * self.segment_bits
+
+    @property
+    def expected_fp(self) -> float:
+        """The false-positive rate at capacity, for the bits actually allocated."""
+        return float((1 - math.exp(-self.k * self.capacity / self.bits)) ** self.k)
+
+    @classmethod
+    def sized(cls, index: int, capacity: int, p: float, max_segment_bytes: int = MAX_SEGMENT_BYTES) -> Layer:
+        if capacity < 1 or not 0 < p < 1:
+            raise ValueError(f"a Bloom filter needs capacity >= 1 and 0 < p < 1, got {capacity}, {p}")
+        m = math.ceil(-capacity * math.log(p) / math.log(2) ** 2)
+        k = max(1, round(m / capacity * math.log(2)))
+        segments = math.ceil(m / 8 / max_segment_bytes)
+        want = math.ceil(m / 8 / segments)
+        # Round each segment up to fill its allocation: the spare bytes would be allocated anyway.
+        seg_bytes = min(max_segment_bytes, max(want, _size_class(want + _SDS_OVERHEAD) - _SDS_OVERHEAD))
+        return cls(index, capacity, p, k, segments, seg_bytes * 8)
+
+
+# KEYS: segment, meta, memo ('' when not memoised). ARGV: layer, k, segment_bits, then h1, h2, id
+# per URL. Returns a string of '1' (new) and '0' per URL, or 'STALE' if a newer layer exists.
+_ADD = """
+local layer, k, m = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+if tonumber(redis.call('HGET', KEYS[2], 'layers')) ~= layer + 1 then return 'STALE' end
+local memo = KEYS[3]
+local out, new = {}, 0
+local n = (#ARGV - 3) / 3
+-- Many URLs per BITFIELD call (one call has a per-call cost), few enough to unpack.
+local group = math.floor(7000 / (4 * k))
+for g0 = 0, n - 1, group do
+  local g1 = math.min(n - 1, g0 + group - 1)
+  local args, c = {}, 0
+  for u = g0, g1 do
+    local a, b = tonumber(ARGV[4 + 3 * u]), tonumber(ARGV[5 + 3 * u])
+    for j = 0, k - 1 do
+      args[c + 1] = 'SET'; args[c + 2] = 'u1'; args[c + 3] = (a + j * b) % m; args[c + 4] = 1
+      c = c + 4
+    end
+  end
+  local old = redis.call('BITFIELD', KEYS[1], unpack(args, 1, c))
+  for u = 0, g1 - g0 do
+    local flag = '0'
+    for j = u * k + 1, u * k + k do
+      if old[j] == 0 then flag = '1'; new = new + 1; break end
+    end
+    out[#out + 1] = flag
+    if memo ~= '' then redis.call('HSET', memo, ARGV[6 + 3 * (g0 + u)], flag) end
+  end
+end
+if memo ~= '' then redis.call('EXPIRE', memo, 3600) end
+if new > 0 then redis.call('HINCRBY', KEYS[2], 'n:' .. layer, new) end
+return table.concat(out)
+"""
+
+# KEYS: meta, then the new layer's segment keys. ARGV: expected layer count, capacity, p, k,
+# segments, segment_bits, segment bytes. Adds the layer if nobody has yet; returns the count.
+_GROW = """
+local have = tonumber(redis.call('HGET', KEYS[1], 'layers') or '0')
+if have ~= tonumber(ARGV[1]) then return have end
+local i = have
+redis.call('HSET', KEYS[1], 'cap:' .. i, ARGV[2], 'p:' .. i, ARGV[3], 'k:' .. i, ARGV[4],
+           'segs:' .. i, ARGV[5], 'bits:' .. i, ARGV[6], 'n:' .. i, 0, 'layers', i + 1)
+local zero = string.rep('\\0', tonumber(ARGV[7]))
+for s = 2, #KEYS do redis.call('SET', KEYS[s], zero) end
+return i + 1
+"""
+
+
+def _hashes(url: str) -> tuple[int, int, int]:
+    h = mmh3.hash128(url, signed=False)
+    # Low 32 bits and the next 32 (made odd, so positions cycle) for the bits; the top 64 bits
+    # pick the segment, independently of the positions.
+    return h & 0xFFFFFFFF, ((h >> 32) & 0xFFFFFFFF) | 1, h >> 64
+
+
+class BloomSeen:
+    """The seen-set of one job as a scalable segmented Bloom filter. ``add_many`` may report a
+    URL as already seen although it is not (at rate below 2p); it never reports a URL as new
+    twice."""
+
+    def __init__(self, redis: Redis, job: str, capacity: int = 1_000_000, p: float = 1e-6,
+                 max_segment_bytes: int = MAX_SEGMENT_BYTES) -> None:
+        self.redis = redis
+        self.job = job
+        self.capacity = capacity
+        self.p = p
+        self.max_segment_bytes = max_segment_bytes
+        self.meta = f"c:{{{job}}}:bloom"
+        self._add = redis.register_script(_ADD)
+        self._grow = redis.register_script(_GROW)
+        self._layers: list[Layer] = []
+
+    def segment_key(self, layer: int, segment: int) -> str:
+        return f"c:{{{self.job}}}:bf:{layer}:{segment}"
+
+    # -- layers ------------------------------------------------------------------------------
+    def layers(self, refresh: bool = False) -> list[Layer]:
+        if refresh or not self._layers:
+            meta = {k.decode(): v.decode() for k, v in self.redis.hgetall(self.meta).items()}
+            count = int(meta.get("layers", 0))
+            if count == 0:
+                self._create(0)
+                return self.layers(refresh=True)
+            self._layers = [Layer(i, int(meta[f"cap:{i}"]), float(meta[f"p:{i}"]), int(meta[f"k:{i}"]),
+                                  int(meta[f"segs:{i}"]), int(meta[f"bits:{i}"])) for i in range(count)]
+        return self._layers
+
+    def _create(self, index: int) -> None:
+        layer = Layer.sized(index, self.capacity * GROWTH**index, self.p * TIGHTENING**index, self.max_segment_bytes)
+        keys = [self.meta] + [self.segment_key(index, s) for s in range(layer.segments)]
+        made = self._grow(keys=keys, args=[index, layer.capacity, repr(layer.p), layer.k, layer.segments,
+                                           layer.segment_bits, layer.segment_bits // 8])
+        if int(made) == index + 1 and index > 0:
+            log.warning("bloom filter of job %s passed its capacity: grew layer %d for %d URLs at p=%g (%.1f MB)",
+                        self.job, index, layer.capacity, layer.p, layer.bits / 8e6)
+
+    def count(self, layer: int) -> int:
+        return int(self.redis.hget(self.meta, f"n:{layer}") or 0)
+
+    # -- the seam ----------------------------------------------------------------------------
+    def add_many(self, urls: Sequence[str], token: str = "") -> list[str]:
+        """Add the URLs; return those that were not in the filter before, in order. With a
+        ``token``, calling again with the same token and URLs returns the same answer (a
+        redelivered batch loses nothing)."""
+        if not urls:
+            return []
+        hashes = [_hashes(u) for u in urls]
+        ids = [f"{h1:08x}{h2:08x}{top:016x}" for h1, h2, top in hashes]
+        answer: dict[int, bool] = {}
+        memo = f"c:{{{self.job}}}:bm:{token}" if token else ""
+        if memo:
+            for i, flag in enumerate(self.redis.hmget(memo, ids)):
+                if flag is not None:
+                    answer[i] = flag == b"1"
+        todo = [i for i in range(len(urls)) if i not in answer]
+        while todo:
+            layers = self.layers()
+            current = layers[-1]
+            if len(layers) > 1:
+                todo = self._drop_seen_in_frozen(todo, hashes, layers[:-1], answer)
+            stale = self._add_to(current, todo, hashes, ids, memo, answer)
+            if stale:
+                self.layers(refresh=True)
+                todo = [i for i in todo if i not in answer]
+                continue
+            todo = []
+            if self.count(current.index) >= current.capacity:
+                self._create(current.index + 1)
+                self.layers(refresh=True)
+        return [u for i, u in enumerate(urls) if answer.get(i)]
+
+    def _present(self, todo: Sequence[int], hashes: list[tuple[int, int, int]], layers: Sequence[Layer]) -> set[int]:
+        """Which of the URLs all k bits of some layer say are present (read-only)."""
+        pipe = self.redis.pipeline(transaction=False)
+        plan = []
+        for i in todo:
+            h1, h2, top = hashes[i]
+            for layer in layers:
+                ops: list[str | int] = []
+                for j in range(layer.k):
+                    ops += ["GET", "u1", (h1 + j * h2) % layer.segment_bits]
+                pipe.execute_command("BITFIELD_RO", self.segment_key(layer.index, top % layer.segments), *ops)
+                plan.append(i)
+        return {i for i, bits in zip(plan, pipe.execute(), strict=True) if all(bits)}
+
+    def contains_many(self, urls: Sequence[str]) -> list[bool]:
+        """Whether each URL is (probably) in the filter, without adding it."""
+        hashes = [_hashes(u) for u in urls]
+        found = self._present(range(len(urls)), hashes, self.layers(refresh=True))
+        return [i in found for i in range(len(urls))]
+
+    def _drop_seen_in_frozen(self, todo: list[int], hashes: list[tuple[int, int, int]], frozen: list[Layer],
+                             answer: dict[int, bool]) -> list[int]:
+        seen = self._present(todo, hashes, frozen)
+        for i in seen:
+            answer[i] = False
+        return [i for i in todo if i not in seen]
+
+    def _add_to(self, layer: Layer, todo: list[int], hashes: list[tuple[int, int, int]], ids: list[str],
+                memo: str, answer: dict[int, bool]) -> bool:
+        by_segment: dict[int, list[int]] = defaultdict(list)
+        for i in todo:
+            by_segment[hashes[i][2] % layer.segments].append(i)
+        pipe = self.redis.pipeline(transaction=False)
+        order = []
+        for seg, members in by_segment.items():
+            args: list[int | str] = [layer.index, layer.k, layer.segment_bits]
+            for i in members:
+                args += [hashes[i][0], hashes[i][1], ids[i]]
+            self._add(keys=[self.segment_key(layer.index, seg), self.meta, memo], args=args, client=pipe)
+            order.append(members)
+        stale = False
+        for members, res in zip(order, pipe.execute(), strict=True):
+            res = res.decode() if isinstance(res, bytes) else res
+            if res == "STALE":
+                stale = True
+                continue
+            for i, flag in zip(members, res, strict=True):
+                answer[i] = flag == "1"
+        return stale
+
+    def reset(self) -> int:
+        """Forget everything this job has seen. Returns the keys deleted."""
+        keys = [self.meta] + [k for k in self.redis.scan_iter(f"c:{{{self.job}}}:bf:*", count=1000)]
+        self._layers = []
+        return int(self.redis.delete(*keys)) if keys else 0
+
+    def memory(self) -> int:
+        """Bytes Redis allocates for the filter's segments."""
+        total = 0
+        for layer in self.layers():
+            for s in range(layer.segments):
+                total += int(self.redis.memory_usage(self.segment_key(layer.index, s)) or 0)
+        return total

@@ -1,0 +1,107 @@
+"""The Bloom filter against a real Redis: rates, growth, concurrency, redelivery, memory."""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing
+import time
+
+import pytest
+import redis
+
+from crawler.dedup.bloom import BloomSeen, Layer
+
+
+def test_sizing_follows_the_formulas() -> None:
+    layer = Layer.sized(0, 1_000_000, 1e-6)
+    m = -1_000_000 * math.log(1e-6) / math.log(2) ** 2
+    assert layer.k == round(m / 1_000_000 * math.log(2)) == 20
+    assert m <= layer.bits <= 1.05 * m  # rounded up to whole allocations only
+    assert layer.expected_fp <= 1e-6
+    assert Layer.sized(0, 10_000, 0.01, max_segment_bytes=1000).segments == 12
+
+
+def test_false_positive_rate_within_1_5x_of_theory(r: redis.Redis) -> None:
+    bloom = BloomSeen(r, "fp", capacity=20_000, p=0.01, max_segment_bytes=4096)
+    added = [f"http://in.example/{i}" for i in range(20_000)]
+    for i in range(0, len(added), 1000):
+        bloom.add_many(added[i:i + 1000])
+    (layer,) = bloom.layers()
+    assert all(bloom.contains_many(added))  # no false negatives, ever
+    probes = [f"http://out.example/{i}" for i in range(100_000)]
+    false_pos = sum(sum(bloom.contains_many(probes[i:i + 5000])) for i in range(0, len(probes), 5000))
+    rate = false_pos / len(probes)
+    # ~1,000 expected: the Poisson noise is about 3%, far inside the 1.5x the issue allows.
+    assert layer.expected_fp / 1.5 <= rate <= 1.5 * layer.expected_fp, (rate, layer.expected_fp)
+
+
+def test_never_new_twice_and_new_means_absent(r: redis.Redis) -> None:
+    bloom = BloomSeen(r, "once", capacity=5_000, p=1e-4, max_segment_bytes=2048)
+    urls = [f"http://e.com/{i % 3000}" for i in range(6000)]
+    first = bloom.add_many(urls[:3000])
+    assert first == list(dict.fromkeys(first)) and len(first) >= 2990
+    assert bloom.add_many(urls[3000:]) == []
+    assert bloom.add_many(["http://e.com/x", "http://e.com/x"]) == ["http://e.com/x"]
+
+
+def test_grows_past_capacity_and_logs(r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    bloom = BloomSeen(r, "grow", capacity=1_000, p=0.001, max_segment_bytes=512)
+    caplog.set_level(logging.WARNING, "crawler.dedup.bloom")
+    urls = [f"http://g.com/{i}" for i in range(5_000)]
+    new = []
+    for i in range(0, len(urls), 500):
+        new += bloom.add_many(urls[i:i + 500])
+    layers = bloom.layers(refresh=True)
+    assert len(layers) >= 3
+    assert [x.capacity for x in layers[:3]] == [1_000, 2_000, 4_000]
+    assert layers[1].p == 0.0005 and layers[2].p == 0.00025
+    assert len(new) >= 4_980  # the filter kept its error rate while it grew
+    assert bloom.add_many(urls) == []  # everything is still known, in whichever layer
+    assert "passed its capacity: grew layer 1 for 2000 URLs" in caplog.text
+
+
+def test_redelivered_batch_gets_the_same_answer(r: redis.Redis) -> None:
+    bloom = BloomSeen(r, "memo", capacity=10_000, p=1e-4)
+    batch = [f"http://m.com/{i}" for i in range(100)]
+    first = bloom.add_many(batch, token="t1")
+    assert len(first) == 100
+    assert bloom.add_many(batch, token="t1") == first  # the crash-and-redeliver case
+    assert bloom.add_many(batch, token="t2") == []  # a different batch sees them as seen
+
+
+def test_reset_forgets_and_memory_is_bits(r: redis.Redis) -> None:
+    bloom = BloomSeen(r, "reset", capacity=1_000_000, p=1e-6)
+    bloom.add_many(["http://r.com/"])
+    (layer,) = bloom.layers()
+    assert bloom.memory() <= 1.05 * (-1_000_000 * math.log(1e-6) / math.log(2) ** 2) / 8
+    assert bloom.reset() == 1 + layer.segments
+    assert BloomSeen(r, "reset").add_many(["http://r.com/"]) == ["http://r.com/"]
+
+
+def _adder(url: str, start: float, q: multiprocessing.Queue) -> None:
+    client = redis.Redis.from_url(url)
+    bloom = BloomSeen(client, "race", capacity=2_000, p=1e-5, max_segment_bytes=1024)
+    while time.time() < start:
+        pass
+    won: list[str] = []
+    urls = [f"http://race.com/{i}" for i in range(6_000)]
+    for i in range(0, len(urls), 250):
+        won += bloom.add_many(urls[i:i + 250])
+    q.put(won)
+
+
+def test_processes_racing_on_overlapping_batches_each_url_new_once(r: redis.Redis, redis_url: str) -> None:
+    # spawn, not fork: a child forked from a threaded test process can inherit a held lock.
+    ctx = multiprocessing.get_context("spawn")
+    q: multiprocessing.Queue = ctx.Queue()
+    start = time.time() + 3.0  # spawned interpreters take a moment to start
+    procs = [ctx.Process(target=_adder, args=(redis_url, start, q)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    won = [u for _ in procs for u in q.get(timeout=60)]
+    for p in procs:
+        p.join(10)
+    assert len(won) == len(set(won))  # nobody else also saw a winner's URL as new
+    assert len(won) >= 5_990  # and growth (2,000 -> more layers) happened under the race
+    assert len(BloomSeen(r, "race").layers(refresh=True)) >= 2
