@@ -20,6 +20,8 @@ from redis import Redis
 
 from crawler import errors, jobs
 from crawler.dedup import BloomSeen, SeenCache, admit_links, bloom_for
+from crawler.dedup.neardup import NearDuplicates
+from crawler.dedup.simhash import simhash
 from crawler.errors import BadURL
 from crawler.fetch import FetchConfig, Fetcher
 from crawler.fetch.client import runtime
@@ -56,6 +58,7 @@ class Context:
         self.frontier = Frontier(self.redis)
         self.politeness = Politeness(self.redis)
         self.cache = SeenCache(Settings.from_env().local_cache_size or 1)
+        self.near_dups = NearDuplicates(self.redis)
         self._blooms: dict[str, BloomSeen] = {}
 
     def bloom(self, job: Job) -> BloomSeen:
@@ -185,7 +188,9 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[Page]) -> tuple[
     want = [p for p in pages if p["body_key"] and p["status"] == 200 and is_html(p["content_type"])]
     bodies = ctx.redis.mget([p["body_key"] for p in want]) if want else []
     batches: dict[int, list[Link]] = defaultdict(list)
-    bad = out_of_scope = 0
+    bad = out_of_scope = near = 0
+    hashed: list[Page] = []
+    parsed_pages: list[tuple[Page, bool]] = []
     for page, body in zip(want, bodies, strict=True):
         if body is None:
             continue  # the body expired: the lease will have expired too and the URL comes back
@@ -199,15 +204,30 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[Page]) -> tuple[
         page.update(title=parsed.title, canonical=parsed.canonical, noindex=parsed.noindex,
                     outlinks=outlinks)
         bad += parsed.skipped_links
+        if s.near_duplicates:
+            page["simhash"] = simhash(parsed.text)
+            hashed.append(page)
+        parsed_pages.append((page, parsed.nofollow))
+    if hashed:
+        originals = ctx.near_dups.find_or_add(job.id, [(p["url"], p["simhash"]) for p in hashed],
+                                              s.near_duplicate_distance)
+        for page, original in zip(hashed, originals, strict=True):
+            page["near_duplicate_of"] = original
+            near += original is not None
+    for page, nofollow in parsed_pages:
         child_depth = page["depth"] + 1
-        if parsed.nofollow or (s.max_depth and child_depth > s.max_depth):
+        if nofollow or (s.max_depth and child_depth > s.max_depth):
             continue
+        if page.get("near_duplicate_of") and not s.follow_near_duplicates:
+            continue
+        outlinks = page["outlinks"]
         for link in outlinks:
             if job.allowed and domain_of(link) not in job.allowed:
                 out_of_scope += 1
                 continue
             batches[shard_of_url(link, s.shards)].append([link, child_depth, page["url"]])
-    jobs.count(ctx.redis, job.id, parsed=len(want), bad_url=bad, links_out_of_scope=out_of_scope)
+    jobs.count(ctx.redis, job.id, parsed=len(want), bad_url=bad, links_out_of_scope=out_of_scope,
+               near_duplicates=near)
     ctx.frontier.expect(job.id, [link_token(token, shard) for shard in batches])
     return pages, dict(batches)
 
@@ -290,4 +310,6 @@ def to_record(job_id: str, token: str, node: str, p: Page) -> PageRecord:
         outlinks=p.get("outlinks", []), error=p["error"], fetched_by=p.get("fetched_by", node),
         redirects=p["redirects"],
         canonical=p.get("canonical"), noindex=bool(p.get("noindex")),
+        simhash=f"{p['simhash']:016x}" if p.get("simhash") is not None else None,
+        near_duplicate_of=p.get("near_duplicate_of"),
     )

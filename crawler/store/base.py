@@ -27,6 +27,8 @@ class PageRecord:
     redirects: list[list[Any]] = field(default_factory=list)
     canonical: str | None = None
     noindex: bool = False
+    simhash: str | None = None  # 64-bit simhash of the visible text, hex
+    near_duplicate_of: str | None = None  # an earlier page of the job within the distance
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -30,7 +30,9 @@ CREATE TABLE IF NOT EXISTS pages (
     fetched_by TEXT,
     redirects TEXT,
     canonical TEXT,
-    noindex INTEGER
+    noindex INTEGER,
+    simhash TEXT,
+    near_duplicate_of TEXT
 );
 CREATE INDEX IF NOT EXISTS pages_job ON pages (job_id);
 """
@@ -61,6 +63,11 @@ class SQLiteStore:
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.execute("PRAGMA busy_timeout=60000")
         self.conn.executescript(SCHEMA)
+        # Databases made by an older version lack newer columns: add them.
+        have = {row[1] for row in self.conn.execute("PRAGMA table_info(pages)")}
+        for column in COLUMNS:
+            if column not in have:
+                self.conn.execute(f"ALTER TABLE pages ADD COLUMN {column}")
 
     def put(self, records: Sequence[PageRecord], before_commit: BeforeCommit | None = None) -> list[PageRecord]:
         if not records:
