@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # the default pre-assignment, keeps the long end-to-end tests from piling onto one process.
 PYTEST_WORKERS ?= auto
 
-.PHONY: install test lint unit demo settings-table clean
+.PHONY: install test lint unit demo settings-table clean bench-dedup
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ unit: $(PY)
 # One command, no servers to set up: serves a synthetic web on loopback and crawls it.
 demo: $(PY)
 	$(VENV)/bin/crawler demo --out crawl-out
+
+# Benchmarks, not tests: numbers for the README and issue notes.
+bench-dedup: $(PY)
+	$(PY) -m bench.dedup
 
 settings-table: $(PY)
 	$(VENV)/bin/crawler settings --readme README.md

@@ -9,10 +9,11 @@ check-and-add is atomic per URL without optimistic locks: two workers adding one
 moment are serialised by Redis, and exactly one sees a zero bit. A batch costs one script call
 per segment it touches, pipelined.
 
-Capacity: a layer that has taken n URLs is frozen and a new layer twice as large, with half the
-p, takes further additions (a scalable Bloom filter), so the overall rate stays below
-p / (1 - 1/2) = 2p instead of silently degrading. Frozen layers are only read; the script for
-the current layer refuses to run if a newer layer exists, so the growth boundary is exactly-once
+Capacity: a layer that has taken n URLs is frozen (the add script stops at exactly n and hands
+back the rest) and a new layer twice as large, with half the p, takes further additions (a
+scalable Bloom filter), so the overall rate stays below p / (1 - 1/2) = 2p instead of silently
+degrading. Frozen layers are only read; the script for the current layer refuses to run if a
+newer layer exists, so the growth boundary is exactly-once
 too. Segments are created at full size, sized to fill an allocator size class, so Redis memory
 is the bits plus a few bytes per segment.
 """
@@ -76,36 +77,44 @@ class Layer:
         return cls(index, capacity, p, k, segments, seg_bytes * 8)
 
 
-# KEYS: segment, meta, memo ('' when not memoised). ARGV: layer, k, segment_bits, then h1, h2, id
-# per URL. Returns a string of '1' (new) and '0' per URL, or 'STALE' if a newer layer exists.
+# KEYS: segment, meta, memo ('' when not memoised). ARGV: layer, k, segment_bits, capacity, then
+# h1, h2, id per URL. Returns one character per URL: '1' new, '0' seen, '?' not taken because the
+# layer is full (the caller grows a layer and adds those there); or 'STALE' if a newer layer exists.
 _ADD = """
-local layer, k, m = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local layer, k, m, cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 if tonumber(redis.call('HGET', KEYS[2], 'layers')) ~= layer + 1 then return 'STALE' end
+local filled = tonumber(redis.call('HGET', KEYS[2], 'n:' .. layer) or '0')
 local memo = KEYS[3]
 local out, new = {}, 0
-local n = (#ARGV - 3) / 3
--- Many URLs per BITFIELD call (one call has a per-call cost), few enough to unpack.
+local n = (#ARGV - 4) / 3
+-- Many URLs per BITFIELD call (one call has a per-call cost), few enough to unpack, and never
+-- more than the layer has room for.
 local group = math.floor(7000 / (4 * k))
-for g0 = 0, n - 1, group do
-  local g1 = math.min(n - 1, g0 + group - 1)
+local u0 = 0
+while u0 < n do
+  local room = cap - filled - new
+  if room <= 0 then break end
+  local u1 = math.min(n - 1, u0 + math.min(group, room) - 1)
   local args, c = {}, 0
-  for u = g0, g1 do
-    local a, b = tonumber(ARGV[4 + 3 * u]), tonumber(ARGV[5 + 3 * u])
+  for u = u0, u1 do
+    local a, b = tonumber(ARGV[5 + 3 * u]), tonumber(ARGV[6 + 3 * u])
     for j = 0, k - 1 do
       args[c + 1] = 'SET'; args[c + 2] = 'u1'; args[c + 3] = (a + j * b) % m; args[c + 4] = 1
       c = c + 4
     end
   end
   local old = redis.call('BITFIELD', KEYS[1], unpack(args, 1, c))
-  for u = 0, g1 - g0 do
+  for u = 0, u1 - u0 do
     local flag = '0'
     for j = u * k + 1, u * k + k do
       if old[j] == 0 then flag = '1'; new = new + 1; break end
     end
     out[#out + 1] = flag
-    if memo ~= '' then redis.call('HSET', memo, ARGV[6 + 3 * (g0 + u)], flag) end
+    if memo ~= '' then redis.call('HSET', memo, ARGV[7 + 3 * (u0 + u)], flag) end
   end
+  u0 = u1 + 1
 end
+for _ = u0, n - 1 do out[#out + 1] = '?' end
 if memo ~= '' then redis.call('EXPIRE', memo, 3600) end
 if new > 0 then redis.call('HINCRBY', KEYS[2], 'n:' .. layer, new) end
 return table.concat(out)
@@ -198,13 +207,10 @@ class BloomSeen:
             if len(layers) > 1:
                 todo = self._drop_seen_in_frozen(todo, hashes, layers[:-1], answer)
             stale = self._add_to(current, todo, hashes, ids, memo, answer)
-            if stale:
-                self.layers(refresh=True)
-                todo = [i for i in todo if i not in answer]
-                continue
-            todo = []
-            if self.count(current.index) >= current.capacity:
-                self._create(current.index + 1)
+            todo = [i for i in todo if i not in answer]
+            if todo and not stale:
+                self._create(current.index + 1)  # the layer is full: what is left goes to a new one
+            if todo:
                 self.layers(refresh=True)
         return [u for i, u in enumerate(urls) if answer.get(i)]
 
@@ -243,7 +249,7 @@ class BloomSeen:
         pipe = self.redis.pipeline(transaction=False)
         order = []
         for seg, members in by_segment.items():
-            args: list[int | str] = [layer.index, layer.k, layer.segment_bits]
+            args: list[int | str] = [layer.index, layer.k, layer.segment_bits, layer.capacity]
             for i in members:
                 args += [hashes[i][0], hashes[i][1], ids[i]]
             self._add(keys=[self.segment_key(layer.index, seg), self.meta, memo], args=args, client=pipe)
@@ -255,7 +261,8 @@ class BloomSeen:
                 stale = True
                 continue
             for i, flag in zip(members, res, strict=True):
-                answer[i] = flag == "1"
+                if flag != "?":
+                    answer[i] = flag == "1"
         return stale
 
     def reset(self) -> int:

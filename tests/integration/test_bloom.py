@@ -55,6 +55,7 @@ def test_grows_past_capacity_and_logs(r: redis.Redis, caplog: pytest.LogCaptureF
     layers = bloom.layers(refresh=True)
     assert len(layers) >= 3
     assert [x.capacity for x in layers[:3]] == [1_000, 2_000, 4_000]
+    assert bloom.count(0) == 1_000 and bloom.count(1) == 2_000  # full layers hold exactly their capacity
     assert layers[1].p == 0.0005 and layers[2].p == 0.00025
     assert len(new) >= 4_980  # the filter kept its error rate while it grew
     assert bloom.add_many(urls) == []  # everything is still known, in whichever layer
