@@ -30,7 +30,7 @@ from crawler.frontier import Entry, Fetched, Frontier, keys
 from crawler.frontier.ratecontrol import backoff, parse_retry_after
 from crawler.jobs import Job
 from crawler.parse import is_html, parse_html
-from crawler.politeness import Politeness, blocked_result, header, is_retryable
+from crawler.politeness import Politeness, blocked_result, is_retryable
 from crawler.settings import Settings
 from crawler.sharding import shard_of_url
 from crawler.store import PageRecord, Store, open_store
@@ -131,7 +131,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     nbytes = failed = 0
     for i, (e, r) in enumerate(zip(todo, results, strict=True)):
         if is_retryable(r.error) and e.attempts + 1 < s.max_attempts:
-            retry_after = parse_retry_after(header(r, "retry-after")) if r.status in (429, 503) else None
+            retry_after = parse_retry_after(r.header("retry-after")) if r.status in (429, 503) else None
             if r.error == errors.RobotsUnavailable.reason:
                 retry_after = max(0.0, policies[origin_of(e.url)].expires - now)
             wait = backoff(e.attempts, base=s.retry_base, cap=s.max_delay * 10, retry_after=retry_after)

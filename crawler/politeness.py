@@ -37,14 +37,6 @@ def is_retryable(reason: str | None) -> bool:
     return cls is not None and issubclass(cls, errors.Retryable)
 
 
-def header(result: FetchResult, name: str) -> str | None:
-    name = name.lower()
-    for k, v in result.headers:
-        if k.lower() == name:
-            return v
-    return None
-
-
 class Politeness:
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
@@ -115,7 +107,7 @@ class Politeness:
                 if r.status is None and r.error in ("robots", "robots_unavailable", "out_of_scope",
                                                     "blocked_network", "bad_url"):
                     continue  # no request was made to this host
-                retry_after = parse_retry_after(header(r, "retry-after")) if r.status in (429, 503) else None
+                retry_after = parse_retry_after(r.header("retry-after")) if r.status in (429, 503) else None
                 d = next_delay(d, floor=floors[host], latency=r.elapsed, status=r.status,
                                retry_after=retry_after, max_delay=s.max_delay)
             out[host] = round(d, 4)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from redis import Redis
 
+from crawler import jobs
 from crawler.dedup.bloom import BloomSeen
 from crawler.dedup.cache import SeenCache
 from crawler.frontier import Entry, Frontier
@@ -40,13 +41,11 @@ def admit_links(redis: Redis, frontier: Frontier, job_id: str, settings: Setting
         new = set(bloom.add_many(list(by_url), token=token)) if by_url else set()
         queued = frontier.admit(job_id, [e for e in entries if e.url in new], settings.shards, token=token,
                                 trusted=True, **budget)
-        dup = len(entries) - len(new)
-        if dup or hits:
-            redis.hincrby(f"c:{{{job_id}}}:cnt", "duplicates", dup + hits)
+        duplicates = hits + len(entries) - len(new)
     else:
         queued = frontier.admit(job_id, entries, settings.shards, token=token, **budget)
-        if hits:
-            redis.hincrby(f"c:{{{job_id}}}:cnt", "duplicates", hits)
+        duplicates = hits  # the admit script counts the exact set's own duplicates
+    jobs.count(redis, job_id, duplicates=duplicates)
     if cache is not None:
         for e in entries:
             cache.add(f"{job_id} {e.url}")

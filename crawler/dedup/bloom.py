@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import mmh3
 from redis import Redis
 
+from crawler.frontier import keys
+
 log = logging.getLogger(__name__)
 
 MAX_SEGMENT_BYTES = (1 << 20) - 16  # one 1 MiB allocation with the string header
@@ -153,13 +155,13 @@ class BloomSeen:
         self.capacity = capacity
         self.p = p
         self.max_segment_bytes = max_segment_bytes
-        self.meta = f"c:{{{job}}}:bloom"
+        self.meta = keys.bloom_meta(job)
         self._add = redis.register_script(_ADD)
         self._grow = redis.register_script(_GROW)
         self._layers: list[Layer] = []
 
     def segment_key(self, layer: int, segment: int) -> str:
-        return f"c:{{{self.job}}}:bf:{layer}:{segment}"
+        return keys.bloom_segment(self.job, layer, segment)
 
     # -- layers ------------------------------------------------------------------------------
     def layers(self, refresh: bool = False) -> list[Layer]:
@@ -195,7 +197,7 @@ class BloomSeen:
         hashes = [_hashes(u) for u in urls]
         ids = [f"{h1:08x}{h2:08x}{top:016x}" for h1, h2, top in hashes]
         answer: dict[int, bool] = {}
-        memo = f"c:{{{self.job}}}:bm:{token}" if token else ""
+        memo = keys.bloom_memo(self.job, token) if token else ""
         if memo:
             for i, flag in enumerate(self.redis.hmget(memo, ids)):
                 if flag is not None:
@@ -267,9 +269,9 @@ class BloomSeen:
 
     def reset(self) -> int:
         """Forget everything this job has seen. Returns the keys deleted."""
-        keys = [self.meta] + [k for k in self.redis.scan_iter(f"c:{{{self.job}}}:bf:*", count=1000)]
+        found = [self.meta, *self.redis.scan_iter(keys.bloom_segment(self.job, "*", "*"), count=1000)]
         self._layers = []
-        return int(self.redis.delete(*keys)) if keys else 0
+        return int(self.redis.delete(*found))
 
     def memory(self) -> int:
         """Bytes Redis allocates for the filter's segments."""

@@ -23,6 +23,7 @@ import httpx
 
 from crawler import errors
 from crawler.fetch.netguard import GuardedBackend, NetworkGuard, Resolver, parse_networks
+from crawler.parse.html import is_html
 from crawler.urls import canonicalize
 
 T = TypeVar("T")
@@ -65,12 +66,16 @@ class FetchResult:
     redirects: list[tuple[int, str]] = field(default_factory=list)  # (status, url) per hop
     ip: str = ""  # the address actually connected to
 
+    def header(self, name: str) -> str | None:
+        name = name.lower()
+        for k, v in self.headers:
+            if k.lower() == name:
+                return v
+        return None
+
     @property
     def content_type(self) -> str:
-        for k, v in self.headers:
-            if k.lower() == "content-type":
-                return v
-        return ""
+        return self.header("content-type") or ""
 
     @property
     def sha1(self) -> str:
@@ -169,7 +174,7 @@ class HttpFetcher:
                 # The body is stored decoded, so the encoding headers no longer describe it.
                 result.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers.raw
                                   if k.lower() not in (b"content-encoding", b"transfer-encoding", b"content-length")]
-                if config.html_only and response.status_code == 200 and not _is_html(result.content_type):
+                if config.html_only and response.status_code == 200 and not is_html(result.content_type):
                     result.error = errors.NotHTML.reason
                     return
                 result.body, cut = await _read_capped(response, config.max_body)
@@ -179,11 +184,6 @@ class HttpFetcher:
                 await response.aclose()
         result.final_url = current
         raise errors.TooManyRedirects(f"more than {config.max_redirects} redirects")
-
-
-def _is_html(content_type: str) -> bool:
-    ct = content_type.split(";", 1)[0].strip().lower()
-    return ct in ("text/html", "application/xhtml+xml", "")
 
 
 def _peer_ip(response: httpx.Response) -> str:

@@ -37,5 +37,17 @@ def delivery(task_id: str) -> str:
     return f"c:deliv:{task_id}"
 
 
+def bloom_meta(job: str) -> str:
+    return prefix(job) + "bloom"
+
+
+def bloom_segment(job: str, layer: int | str, segment: int | str) -> str:
+    return prefix(job) + f"bf:{layer}:{segment}"
+
+
+def bloom_memo(job: str, token: str) -> str:
+    return prefix(job) + f"bm:{token}"
+
+
 def wake(shard: int) -> str:
     return f"c:wake:{shard}"
