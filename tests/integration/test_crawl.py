@@ -269,3 +269,27 @@ def test_bloom_and_exact_dedup_store_the_same_set(make_web: Callable[..., TestWe
             res = cli("reset-seen", job_id)
             assert res.returncode == 0 and not r.exists(f"c:{{{job_id}}}:bloom"), res.stderr
     assert got["bloom"] == got["set"] == web.reachable_urls()
+
+
+def test_stop_status_json_and_csv_export(r: redis.Redis, tmp_path: Path) -> None:
+    job_id = _submit("http://stop.example/", "--store", f"sqlite:///{tmp_path}/c.db")
+    res = cli("stop", job_id)
+    assert res.returncode == 0 and "stopped" in res.stdout
+    st = json.loads(cli("status", job_id, "--json").stdout)
+    assert st["status"] == "stopped" and st["counters"]["admitted"] == 1
+    from crawler.frontier import Frontier
+
+    d = Frontier(r).dispatch(job_id, 0, max_urls=9, per_host=1, delay=0, lease_timeout=9, concurrency=9)
+    assert d.items == []  # a stopped job hands out nothing
+    from crawler.store import PageRecord, open_store
+
+    store = open_store(f"sqlite:///{tmp_path}/c.db")
+    store.put([PageRecord(url="http://e.com/", job_id=job_id, fetch_id="f", title="Ti,tle", outlinks=["a"])])
+    store.close()
+    out = cli("export", f"sqlite:///{tmp_path}/c.db", "--format", "csv")
+    import csv
+    import io
+
+    (row,) = list(csv.DictReader(io.StringIO(out.stdout)))
+    assert row["title"] == "Ti,tle" and json.loads(row["outlinks"]) == ["a"]
+    assert cli("stop", "no-such-job").returncode == 2

@@ -115,3 +115,20 @@ def test_entry_round_trip() -> None:
     e = Entry("http://e.com/a?b=1", 3, "http://e.com/", 2)
     assert Entry.decode(e.encode()) == e
     assert Entry.decode(Entry("http://e.com/").encode()) == Entry("http://e.com/")
+
+
+def test_an_older_database_gets_the_new_columns(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "old.db"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE pages (id INTEGER PRIMARY KEY, url TEXT NOT NULL UNIQUE, job_id TEXT NOT NULL, "
+                 "fetch_id TEXT NOT NULL, title TEXT)")
+    conn.execute("INSERT INTO pages (url, job_id, fetch_id, title) VALUES ('http://e.com/', 'j', 'f0', 'kept')")
+    conn.commit()
+    conn.close()
+    store = SQLiteStore(str(db))
+    store.put([PageRecord(url="http://e.com/b", job_id="j", fetch_id="f1", simhash="00ff", near_duplicate_of="x")])
+    rows = {r["url"]: r for r in store.pages()}
+    assert rows["http://e.com/"]["title"] == "kept"
+    assert rows["http://e.com/b"]["simhash"] == "00ff" and rows["http://e.com/b"]["near_duplicate_of"] == "x"
