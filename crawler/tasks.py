@@ -55,6 +55,19 @@ class CrawlTask(Task):
                 return None
         return super().__call__(*args, **kwargs)
 
+    def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        """A stage that raised is a named, counted failure of its job. Its message is acked, so
+        it cannot loop; the URLs it held come back when their leases expire."""
+        job_id = args[0] if args else kwargs.get("job_id")
+        if not isinstance(job_id, str):
+            return
+        try:
+            r = context().redis
+            if r.exists(keys.meta(job_id)):
+                jobs.count(r, job_id, **{f"task_failed:{self.name}": 1})
+        except Exception:  # counting must never turn one failure into two
+            log.exception("could not count the failure of %s", task_id)
+
 
 def send(task: Task, shard: int, *args: Any) -> None:
     task.apply_async(args=args, queue=queue_name(shard), routing_key=queue_name(shard))
