@@ -16,7 +16,7 @@ install: $(PY)
 	$(PY) -m pip install --quiet -e '.[test]'
 
 lint: $(PY)
-	$(PY) -m ruff check crawler tests
+	$(PY) -m ruff check crawler tests bench
 
 test: lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal -p no:cacheprovider --durations=10 $(PYTEST_ARGS)

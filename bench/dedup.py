@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import time
 from pathlib import Path
@@ -56,6 +57,34 @@ def bench_throughput(r: redis.Redis, n: int, runs: int) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in out.items()}
 
 
+def bench_bitfield_ceiling(r: redis.Redis, k: int, rounds: int = 100) -> dict[str, float]:
+    """What Redis alone spends per URL on the k bit ops of a check-and-add: pre-packed
+    ``BITFIELD SET u1`` commands, no Lua, no client work timed. The ceiling for any client."""
+    r.flushdb()
+    bits = 8 * ((1 << 20) - 16)
+    r.set("ceiling", b"\0" * (bits // 8))
+    rng = random.Random(7)
+    conn = r.connection_pool.get_connection()
+    try:
+        packed = [conn.pack_command("BITFIELD", "ceiling", *[a for _ in range(BATCH * k)
+                                                               for a in ("SET", "u1", rng.randrange(bits), 1)])
+                  for _ in range(rounds)]
+        cpu = r.info("cpu")
+        before = cpu["used_cpu_user"] + cpu["used_cpu_sys"]
+        start = time.perf_counter()
+        for command in packed:
+            conn.send_packed_command(command)
+            conn.read_response()
+        wall = time.perf_counter() - start
+        cpu = r.info("cpu")
+        used = cpu["used_cpu_user"] + cpu["used_cpu_sys"] - before
+    finally:
+        r.connection_pool.release(conn)
+    n = rounds * BATCH
+    return {"k": k, "redis_cpu_us_per_url": used / n * 1e6, "urls_per_redis_cpu_s": n / used,
+            "urls_per_s_wall": n / wall}
+
+
 def bench_memory(r: redis.Redis, n: int) -> dict[str, float]:
     r.flushdb()
     before = r.info("memory")["used_memory"]
@@ -98,7 +127,7 @@ def bench_cache(sites: int = 20, pages: int = 500, size: int = 100_000) -> dict[
     model = WebModel(sites, pages, links_per_page=20)
     cache = SeenCache(size)
     batches = local_only = 0
-    for (site, path), page in model.pages.items():
+    for page in model.pages.values():
         links = list(dict.fromkeys((lk.site, lk.path) for lk in page.links if not lk.nofollow))
         misses = 0
         for s, p in links:
@@ -123,6 +152,7 @@ def main() -> None:
         r = redis.Redis(port=server.port)
         result = {
             "throughput_urls_per_s": bench_throughput(r, args.urls, args.runs),
+            "bitfield_ceiling": bench_bitfield_ceiling(r, k=BloomSeen(r, "k").layers()[0].k),
             "memory": bench_memory(r, args.memory_urls),
             "false_positives": bench_false_positives(r, 1_000_000, args.probes, 1e-4),
             "cache": bench_cache(),
@@ -133,6 +163,10 @@ def main() -> None:
     print(f"check-and-add, batches of {BATCH}, URLs/s (median of {args.runs}):")
     print(f"  exact set  new {t['exact_new']:>10,.0f}   duplicate {t['exact_dup']:>10,.0f}")
     print(f"  bloom      new {t['bloom_new']:>10,.0f}   duplicate {t['bloom_dup']:>10,.0f}   (target 300,000)")
+    ce = result["bitfield_ceiling"]
+    print(f"  ceiling: Redis alone spends {ce['redis_cpu_us_per_url']:.1f} us CPU per URL on k = {ce['k']} "
+          f"pre-packed BITFIELD ops = {ce['urls_per_redis_cpu_s']:,.0f} URLs per Redis CPU-second "
+          f"({ce['urls_per_s_wall']:,.0f} URLs/s wall, no client work)")
     print(f"memory: exact {m['exact_bytes_per_url']:.1f} B/URL; bloom {m['bloom_bytes_per_url']:.2f} B/URL, "
           f"{m['bloom_memory_ratio']:.3f} x m/8 (target <= 1.05), k = {m['bloom_k']}")
     print(f"false positives: {fp['false_positives']} in {fp['probes']:,} probes = {fp['measured']:.2e} vs "
