@@ -37,6 +37,8 @@ def make_app(settings: Settings | None = None) -> Celery:
         task_send_sent_event=False,
         worker_hijack_root_logger=False,
     )
+    # The schedule itself is the top-level beat_schedule.py, loaded by the scheduler.
+    app.conf.beat_scheduler = "crawler.beat:LockedScheduler"
     from crawler.frontier.dispatcher import DispatcherStep
 
     app.steps["worker"].add(DispatcherStep)

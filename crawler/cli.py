@@ -1,4 +1,4 @@
-"""The ``crawler`` command: crawl (embedded), submit, status, stop, export."""
+"""The ``crawler`` command: crawl (embedded), submit, status, pause, resume, stop, cycles, export."""
 
 from __future__ import annotations
 
@@ -111,7 +111,12 @@ def cmd_crawl(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    settings = _settings(args, store=args.store, warc_dir=args.warc_dir)
+    from crawler.schedule import parse_duration
+
+    every = parse_duration(args.every) if args.every else None
+    revisit = {name: parse_duration(getattr(args, name)) if getattr(args, name) else None
+               for name in ("revisit_min", "revisit_max")}
+    settings = _settings(args, store=args.store, warc_dir=args.warc_dir, every=every, cron=args.cron, **revisit)
     if not settings.store:
         raise SystemExit("crawler submit: --store URL is required (e.g. sqlite:///data/crawl.db)")
     open_store(settings.store).close()  # fail here, not in every worker, if the URL is wrong
@@ -125,7 +130,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.timeout if args.timeout else None
     while True:
         st = jobs.status(client, args.job)
-        if not args.wait or st["status"] in jobs.FINISHED:
+        if not args.wait or st["status"] in (*jobs.FINISHED, jobs.WAITING):
             break
         if deadline and time.monotonic() > deadline:
             print(f"crawler status: job {args.job} still {st['status']} after {args.timeout}s", file=sys.stderr)
@@ -181,6 +186,39 @@ def cmd_stop(args: argparse.Namespace) -> int:
     jobs.status(client, args.job)
     jobs.stop(client, args.job)
     print(f"job {args.job}: stopped")
+    return 0
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    client = _client(args.redis_url)
+    was = jobs.status(client, args.job)["status"]
+    jobs.pause(client, args.job)
+    now = jobs.status(client, args.job)["status"]
+    note = "" if now == jobs.PAUSED else f" (was {was}: only a running or waiting job pauses)"
+    print(f"job {args.job}: {now}{note}")
+    return 0 if now == jobs.PAUSED else 1
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    client = _client(args.redis_url)
+    was = jobs.resume(client, args.job)
+    now = jobs.status(client, args.job)["status"]
+    print(f"job {args.job}: {now}" + ("" if was == jobs.PAUSED else " (it was not paused)"))
+    return 0 if was == jobs.PAUSED else 1
+
+
+def cmd_cycles(args: argparse.Namespace) -> int:
+    rows = jobs.cycles(_client(args.redis_url), args.job)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    cols = ("fetched", "new", "changed", "unchanged", "gone", "not_modified", "bytes")
+    heads = ("fetched", "new", "changed", "unchanged", "gone", "304s", "bytes")
+    print(f"{'cycle':>5}  {'started (UTC)':19}  {'ended':>8}  " + "  ".join(f"{h:>9}" for h in heads))
+    for row in rows:
+        start = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(row["started_at"]))
+        took = f"+{row['finished_at'] - row['started_at']:.1f}s" if row["finished_at"] else "running"
+        print(f"{row['cycle']:>5}  {start:19}  {took:>8}  " + "  ".join(f"{row[c]:>9}" for c in cols))
     return 0
 
 
@@ -268,6 +306,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--warc-dir", help="directory for WARC files (default: beside an SQLite store)")
     s.set_defaults(func=cmd_submit)
 
+    s.add_argument("--every", metavar="DURATION", help="run in cycles this far apart (30m, 6h, 1d)")
+    s.add_argument("--cron", metavar="EXPR", help="run in cycles on a cron schedule, UTC ('0 */6 * * *')")
+    s.add_argument("--revisit-min", metavar="DURATION", help="revisit a page at most this often (default 1h)")
+    s.add_argument("--revisit-max", metavar="DURATION", help="revisit a page at least this often (default 30d)")
+
     st = sub.add_parser("status", help="a job's state and counters")
     st.add_argument("job")
     st.add_argument("--wait", action="store_true", help="return when the job is done")
@@ -289,10 +332,23 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--redis-url")
     rs.set_defaults(func=cmd_reset_seen)
 
-    sp = sub.add_parser("stop", help="dispatch nothing more for a job")
+    sp = sub.add_parser("stop", help="dispatch nothing more for a job and end its schedule")
     sp.add_argument("job")
     sp.add_argument("--redis-url")
     sp.set_defaults(func=cmd_stop)
+
+    for name, func, text in (("pause", cmd_pause, "dispatch nothing (and start no cycle) until resume"),
+                             ("resume", cmd_resume, "undo pause")):
+        x = sub.add_parser(name, help=text)
+        x.add_argument("job")
+        x.add_argument("--redis-url")
+        x.set_defaults(func=func)
+
+    cy = sub.add_parser("cycles", help="per cycle of a periodic job: start, end, fetched, new, changed, ...")
+    cy.add_argument("job")
+    cy.add_argument("--json", action="store_true")
+    cy.add_argument("--redis-url")
+    cy.set_defaults(func=cmd_cycles)
 
     e = sub.add_parser("export", help="print stored pages")
     e.add_argument("source", help="an output directory or a store URL")

@@ -11,11 +11,12 @@ from typing import Any
 from redis import Redis
 
 from crawler.errors import BadURL
-from crawler.frontier import Entry, Frontier, keys
+from crawler.frontier import Entry, Frontier, keys, lua
 from crawler.settings import Settings
 from crawler.urls import canonicalize, domain_of
 
-RUNNING, DONE, STOPPED = "running", "done", "stopped"
+RUNNING, DONE, STOPPED, PAUSED = "running", "done", "stopped", "paused"
+WAITING, STARTING = "waiting", "starting"  # a periodic job between cycles, and starting one
 FINISHED = (DONE, STOPPED)
 
 
@@ -44,11 +45,19 @@ def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | Non
     job_id = job_id or new_job_id()
     job_settings = settings.job_settings()
     job_settings["allow_domains"] = sorted(settings.allow_domains or {domain_of(u) for u in canon})
-    redis.hset(keys.meta(job_id), mapping={
-        "id": job_id, "status": RUNNING, "created_at": time.time(),
-        "settings": json.dumps(job_settings), "seeds": json.dumps(canon),
-    })
-    redis.sadd(keys.JOBS, job_id)
+    now = time.time()
+    meta: dict[str, Any] = {"id": job_id, "status": RUNNING, "created_at": now,
+                            "settings": json.dumps(job_settings), "seeds": json.dumps(canon)}
+    pipe = redis.pipeline()
+    if settings.periodic:
+        from crawler.schedule import next_cycle
+
+        meta.update(cycle=1, cycle_started_at=now, next_cycle_at=next_cycle(settings.every, settings.cron, now, now))
+        pipe.hset(keys.cycle(job_id, 1), "started_at", now)
+        pipe.sadd(keys.PERIODIC, job_id)
+    pipe.hset(keys.meta(job_id), mapping=meta)
+    pipe.sadd(keys.JOBS, job_id)
+    pipe.execute()
     from crawler.dedup import admit_links
 
     admit_links(redis, Frontier(redis), job_id, settings, [Entry(u) for u in dict.fromkeys(canon)])
@@ -70,6 +79,13 @@ def load(redis: Redis, job_id: str, *, max_age: float = 5.0) -> Job:
     job = Job(job_id, Settings.from_env(**values), frozenset(values["allow_domains"]))
     _cache[job_id] = (time.monotonic(), job)
     return job
+
+
+def seeds(redis: Redis, job_id: str) -> list[str]:
+    raw = redis.hget(keys.meta(job_id), "seeds")
+    if raw is None:
+        raise KeyError(f"no such job: {job_id}")
+    return list(json.loads(raw))
 
 
 def status(redis: Redis, job_id: str) -> dict[str, Any]:
@@ -100,11 +116,65 @@ def hosts(redis: Redis, job_id: str) -> list[dict[str, Any]]:
 
 
 def stop(redis: Redis, job_id: str) -> None:
-    """Dispatch nothing more for the job; what is in flight still finishes and is stored."""
+    """Dispatch nothing more for the job and start no more cycles; what is in flight still
+    finishes and is stored."""
+    now = time.time()
+    cycle = redis.hget(keys.meta(job_id), "cycle")
     pipe = redis.pipeline()
-    pipe.hset(keys.meta(job_id), mapping={"status": STOPPED, "finished_at": time.time()})
+    pipe.hset(keys.meta(job_id), mapping={"status": STOPPED, "finished_at": now})
     pipe.srem(keys.JOBS, job_id)
+    pipe.srem(keys.PERIODIC, job_id)
+    if cycle is not None:
+        pipe.hsetnx(keys.cycle(job_id, cycle.decode()), "finished_at", now)
     pipe.execute()
+
+
+def pause(redis: Redis, job_id: str) -> str:
+    """Dispatch nothing more (and start no cycle) until ``resume``; in-flight pages finish and
+    are stored. Returns the status the job had."""
+    was = redis.register_script(lua.PAUSE)(args=[keys.prefix(job_id), job_id, time.time()])
+    return was.decode() if was else ""
+
+
+def resume(redis: Redis, job_id: str) -> str:
+    """Undo ``pause``. Returns the status the job had."""
+    shards = load(redis, job_id, max_age=0).settings.shards
+    was = redis.register_script(lua.RESUME)(args=[keys.prefix(job_id), job_id, time.time(), shards])
+    return was.decode() if was else ""
+
+
+def cycle_of(redis: Redis | Any, job_id: str) -> tuple[int, float]:
+    """The job's current cycle and when it started ((0, 0.0) for a one-off job)."""
+    number, started = redis.hmget(keys.meta(job_id), ["cycle", "cycle_started_at"])
+    return (int(number), float(started)) if number else (0, 0.0)
+
+
+def count_cycle(redis: Redis | Any, job_id: str, cycle: int, **deltas: int) -> None:
+    """Add to one cycle's counters (``redis`` may be a pipeline); nothing for one-off jobs."""
+    if cycle:
+        for name, delta in deltas.items():
+            if delta:
+                redis.hincrby(keys.cycle(job_id, cycle), name, delta)
+
+
+CYCLE_FIELDS = ("fetched", "new", "changed", "unchanged", "gone", "not_modified", "parsed", "bytes")
+
+
+def cycles(redis: Redis, job_id: str) -> list[dict[str, Any]]:
+    """Per cycle: start, end and counts, oldest first."""
+    status(redis, job_id)  # KeyError if there is no such job
+    last, _ = cycle_of(redis, job_id)
+    pipe = redis.pipeline(transaction=False)
+    for n in range(1, last + 1):
+        pipe.hgetall(keys.cycle(job_id, n))
+    out = []
+    for n, raw in enumerate(pipe.execute(), start=1):
+        d = {k.decode(): v.decode() for k, v in raw.items()}
+        row: dict[str, Any] = {"cycle": n, "started_at": float(d.get("started_at", 0)),
+                               "finished_at": float(d["finished_at"]) if "finished_at" in d else None}
+        row.update({f: int(d.get(f, 0)) for f in CYCLE_FIELDS})
+        out.append(row)
+    return out
 
 
 def count(redis: Redis | Any, job_id: str, **deltas: int) -> None:

@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from redis import Redis
 
-from crawler import errors, jobs
+from crawler import errors, jobs, schedule
 from crawler.dedup import BloomSeen, SeenCache, admit_links, bloom_for
 from crawler.dedup.neardup import NearDuplicates
 from crawler.dedup.simhash import simhash
@@ -34,6 +34,7 @@ from crawler.politeness import Politeness, blocked_result, is_retryable
 from crawler.settings import Settings
 from crawler.sharding import shard_of_url
 from crawler.store import PageRecord, Store, open_store
+from crawler.store.base import CONTENT_COLUMNS
 from crawler.store.warc import WarcFiles
 from crawler.urls import canonicalize, domain_of, repeated_segments
 
@@ -121,14 +122,18 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
                 blocked[e.url] = reason
     go = [e.url for e in todo if e.url not in blocked]
     check = ctx.politeness.hop_check(job, fetcher, config, fresh)
-    fetched = dict(zip(go, rt.run(fetcher.fetch_many(go, config, check)), strict=True)) if go else {}
+    cycle, cycle_base = jobs.cycle_of(ctx.redis, job.id) if s.periodic else (0, 0.0)
+    # Revisits are conditional: what the last visit stored goes back as validators.
+    previous = ctx.store(s.store).previous(job.id, go) if cycle > 1 and go else {}
+    validators = {u: conditional_headers(row) for u, row in previous.items()}
+    fetched = dict(zip(go, rt.run(fetcher.fetch_many(go, config, check, validators)), strict=True)) if go else {}
     results = [fetched.get(e.url) or blocked_result(e.url, blocked[e.url]) for e in todo]
 
     now = time.time()
     pipe = ctx.redis.pipeline(transaction=False)
     pages: list[Page] = []
     done: list[Fetched] = []
-    nbytes = failed = 0
+    nbytes = failed = not_modified = 0
     for i, (e, r) in enumerate(zip(todo, results, strict=True)):
         if is_retryable(r.error) and e.attempts + 1 < s.max_attempts:
             retry_after = parse_retry_after(r.header("retry-after")) if r.status in (429, 503) else None
@@ -154,16 +159,33 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
             "elapsed": round(r.elapsed, 4), "redirects": r.redirects, "body_key": body_key,
             "content_length": len(r.body), "content_sha1": r.sha1, "content_type": r.content_type,
             "fetched_by": ctx.node, "attempts": e.attempts + 1,
+            "etag": r.header("etag") or "", "last_modified": r.header("last-modified") or "",
+            "cycle": cycle, "cycle_base": cycle_base, "not_modified": r.status == 304,
+            # The same bytes as last time: nothing to parse again.
+            "unchanged": r.status == 200 and not r.error and previous.get(e.url, {}).get("content_sha1") == r.sha1,
         })
+        not_modified += r.status == 304
     delays = ctx.politeness.delay_updates(job, results, policies)
     if delays:
         pipe.hset(keys.prefix(job.id) + "delay", mapping=delays)  # type: ignore[arg-type]
-    jobs.count(pipe, job.id, fetched=len(pages), failed=failed, bytes=nbytes)
+    jobs.count(pipe, job.id, fetched=len(pages), failed=failed, bytes=nbytes, not_modified=not_modified)
+    jobs.count_cycle(pipe, job.id, cycle, fetched=len(pages), bytes=nbytes, not_modified=not_modified)
     ctx.frontier.fetched(job.id, done, lease_timeout=s.lease_timeout, delay=s.delay, pipe=pipe)
     pipe.execute()
     if s.sitemaps and policies:
         _admit_sitemaps(ctx, job, ctx.politeness.sitemap_urls(job, policies, fetcher, config, rt.run))
     return pages
+
+
+def conditional_headers(row: dict[str, Any]) -> list[tuple[str, str]]:
+    if row.get("status") != 200 or row.get("gone_cycle"):
+        return []
+    out = []
+    if row.get("etag"):
+        out.append(("If-None-Match", row["etag"]))
+    if row.get("last_modified"):
+        out.append(("If-Modified-Since", row["last_modified"]))
+    return out
 
 
 def _admit_sitemaps(ctx: Context, job: Job, found: list[tuple[str, str]]) -> None:
@@ -185,7 +207,8 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[Page]) -> tuple[
     grouped by the shard that owns their domain. Link batches are registered with the
     frontier (``expect``) before the caller sends them, so the job cannot end before them."""
     s = job.settings
-    want = [p for p in pages if p["body_key"] and p["status"] == 200 and is_html(p["content_type"])]
+    want = [p for p in pages if p["body_key"] and p["status"] == 200 and is_html(p["content_type"])
+            and not p.get("unchanged")]
     bodies = ctx.redis.mget([p["body_key"] for p in want]) if want else []
     batches: dict[int, list[Link]] = defaultdict(list)
     bad = out_of_scope = near = 0
@@ -227,7 +250,8 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[Page]) -> tuple[
                 continue
             batches[shard_of_url(link, s.shards)].append([link, child_depth, page["url"]])
     jobs.count(ctx.redis, job.id, parsed=len(want), bad_url=bad, links_out_of_scope=out_of_scope,
-               near_duplicates=near)
+               near_duplicates=near, skipped_unchanged=sum(1 for p in pages if p.get("unchanged")))
+    jobs.count_cycle(ctx.redis, job.id, pages[0].get("cycle", 0) if pages else 0, parsed=len(parsed_pages))
     ctx.frontier.expect(job.id, [link_token(token, shard) for shard in batches])
     return pages, dict(batches)
 
@@ -257,8 +281,10 @@ def dedup_stage(ctx: Context, job: Job, token: str, links: Sequence[Link]) -> li
     # The cache may not answer for depth-limited jobs: a URL seen again by a shorter path must
     # reach the exact set, which keeps shortest depths.
     cache = ctx.cache if s.local_cache_size and not s.max_depth else None
+    # Dedup is per cycle: what this process saw in the last cycle is not seen in this one.
+    space = f"{job.id}:{jobs.cycle_of(ctx.redis, job.id)[0]}" if cache and s.periodic else job.id
     queued, hits = admit_links(ctx.redis, ctx.frontier, job.id, s, list(best.values()), token=token, cache=cache,
-                               bloom=ctx.bloom(job) if s.uses_bloom else None)
+                               bloom=ctx.bloom(job) if s.uses_bloom else None, cache_space=space)
     jobs.count(ctx.redis, job.id, bad_url=bad, dropped_trap=traps, cache_lookups=len(best) if cache else 0,
                cache_hits=hits)
     return queued
@@ -268,7 +294,9 @@ def store_stage(ctx: Context, job: Job, token: str, pages: list[Page]) -> int:
     """Write rows (and WARC records for new ones), then end the leases. Returns rows written."""
     s = job.settings
     store = ctx.store(s.store)
+    previous = store.previous(job.id, [p["url"] for p in pages]) if s.periodic else {}
     records = [to_record(job.id, token, ctx.node, p) for p in pages]
+    outcomes = {r.url: plan_visit(r, previous.get(r.url), p, s) for r, p in zip(records, pages, strict=True)}
     by_url = {p["url"]: p for p in pages}
     warc_dir = s.warc_dir
     written: list[PageRecord] = []
@@ -286,11 +314,46 @@ def store_stage(ctx: Context, job: Job, token: str, pages: list[Page]) -> int:
         warc.flush()
 
     written = store.put(records, before_commit=archive)
+    if s.periodic:
+        tally = Counter(outcomes[r.url] for r in written)
+        jobs.count_cycle(ctx.redis, job.id, pages[0].get("cycle", 0), new=tally[schedule.NEW],
+                         changed=tally[schedule.CHANGED], unchanged=tally[schedule.UNCHANGED],
+                         gone=tally[schedule.GONE])
     ctx.frontier.release(job.id, [(p["url"], token) for p in pages], delay=s.delay, max_depth=s.max_depth)
     body_keys = [p["body_key"] for p in pages if p["body_key"]]
     if body_keys:
         ctx.redis.unlink(*body_keys)
     return len(written)
+
+
+def plan_visit(rec: PageRecord, previous: dict[str, Any] | None, page: Page, s: Settings) -> str:
+    """Classify one visit against the page's stored row and set its revisit schedule. A visit
+    that found nothing new (304, the same bytes, a failure) keeps the stored content; a page
+    that went keeps it too, marked with the cycle it went in."""
+    outcome = schedule.classify(previous, status=rec.status, sha1=rec.content_sha1, error=rec.error,
+                                not_modified=bool(page.get("not_modified")))
+    rec.cycle = page.get("cycle", 0)
+    if previous is not None and outcome != schedule.NEW and outcome != schedule.CHANGED:
+        keep = [c for c in CONTENT_COLUMNS if outcome in (schedule.UNCHANGED, schedule.FAILED) or c != "status"]
+        for column in keep:
+            setattr(rec, column, previous[column])
+        rec.etag = rec.etag or previous.get("etag") or ""
+        rec.last_modified = rec.last_modified or previous.get("last_modified") or ""
+        if outcome == schedule.UNCHANGED:
+            rec.error = None
+        rec.gone_cycle = previous.get("gone_cycle")
+    else:
+        rec.changed_at = rec.fetched_at
+    if outcome == schedule.GONE:
+        rec.gone_cycle = rec.cycle
+    initial = schedule.period(s.every, s.cron, rec.fetched_at) if s.periodic else s.revisit_max
+    rec.revisit_interval = schedule.next_interval(
+        (previous or {}).get("revisit_interval"), outcome, initial=initial, low=s.revisit_min,
+        high=s.revisit_max, grow=s.revisit_grow, shrink=s.revisit_shrink)
+    # From when the cycle was due, not when the page was fetched, so a page revisited every
+    # period is due at the start of the next cycle.
+    rec.next_visit = (page.get("cycle_base") or rec.fetched_at) + rec.revisit_interval
+    return outcome
 
 
 def failed_page(raw_entry: str, reason: str) -> Page:
@@ -311,5 +374,6 @@ def to_record(job_id: str, token: str, node: str, p: Page) -> PageRecord:
         redirects=p["redirects"],
         canonical=p.get("canonical"), noindex=bool(p.get("noindex")),
         simhash=f"{p['simhash']:016x}" if p.get("simhash") is not None else None,
-        near_duplicate_of=p.get("near_duplicate_of"),
+        near_duplicate_of=p.get("near_duplicate_of"), etag=p.get("etag", ""),
+        last_modified=p.get("last_modified", ""),
     )

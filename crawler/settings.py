@@ -68,6 +68,14 @@ class Settings:
     warc_max_size: int = _s(1_000_000_000, "Bytes per WARC file before a new one is started")
     store: str = _s("", "Store URL, e.g. sqlite:///out/crawl.db (default for `crawl`: DIR/crawl.db)", job=True)
     warc_dir: str = _s("", "Directory for WARC files (default: next to an SQLite store, in warc/)", job=True)
+    every: float = _s(0.0, "Run the job in cycles this many seconds apart (`--every 6h`); 0: once", job=True)
+    cron: str = _s("", "Run the job in cycles on this cron schedule, UTC (`--cron '0 */6 * * *'`)", job=True)
+    revisit_min: float = _s(3600.0, "A page is revisited at most this often, seconds (adaptive revisits)", job=True)
+    revisit_max: float = _s(30 * 86400.0, "A page is revisited at least this often, seconds; gone pages are checked again after this", job=True)
+    revisit_grow: float = _s(1.5, "An unchanged page's revisit interval is multiplied by this", job=True)
+    revisit_shrink: float = _s(0.5, "A changed page's revisit interval is multiplied by this", job=True)
+    cycle_check: float = _s(5.0, "Seconds between the beat's checks for periodic jobs whose next cycle is due")
+    beat_lock_ttl: float = _s(30.0, "Seconds the acting beat's Redis lock lasts unless renewed; a second beat waits it out")
     task_events: bool = _s(True, "Workers send task events (Flower needs them; `crawler crawl` turns them off)")
     workers: int = _s(2, "Worker processes `crawler crawl` starts")
     progress_interval: float = _s(2.0, "Seconds between progress log lines when not on a terminal")
@@ -97,12 +105,28 @@ class Settings:
             raise ValueError(f"setting dedup must be auto, bloom or set, got {self.dedup!r}")
 
         parse_networks(self.allow_networks)
+        if self.every < 0:
+            raise ValueError(f"setting every must be >= 0, got {self.every}")
+        if self.cron:
+            from crawler.schedule import parse_cron
+
+            parse_cron(self.cron)
+            if self.every:
+                raise ValueError("give either every or cron, not both")
+        if not 0 < self.revisit_min <= self.revisit_max:
+            raise ValueError(f"need 0 < revisit_min <= revisit_max, got {self.revisit_min}, {self.revisit_max}")
+        if self.revisit_grow < 1 or not 0 < self.revisit_shrink <= 1:
+            raise ValueError("need revisit_grow >= 1 and 0 < revisit_shrink <= 1")
         for item in self.resolve:
             if "=" not in item:
                 raise ValueError(f"resolve entry {item!r} is not HOST=IP")
         if self.task_time_limit >= self.visibility_timeout:
             raise ValueError("task_time_limit must be shorter than visibility_timeout, or Redis redelivers running tasks")
         return self
+
+    @property
+    def periodic(self) -> bool:
+        return bool(self.every or self.cron)
 
     @property
     def uses_bloom(self) -> bool:

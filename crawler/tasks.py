@@ -102,3 +102,13 @@ def dedup(self: Task, job_id: str, token: str, links: list[list[Any]]) -> None:
 def store(self: Task, job_id: str, shard: int, token: str, pages: list[dict[str, Any]]) -> None:
     ctx = context(self.request.hostname)
     pipeline.store_stage(ctx, jobs.load(ctx.redis, job_id), token, pages)
+
+
+@app.task(name="crawler.cycle_tick", ignore_result=True)
+def cycle_tick() -> list[tuple[str, int]]:
+    """Sent by the beat (``beat_schedule.py``): start the cycles that are due."""
+    from crawler import cycles
+
+    ctx = context()
+    ctx.redis.incr(keys.BEAT_TICKS)
+    return cycles.tick(ctx.redis, ctx.store)

@@ -22,16 +22,18 @@ def bloom_for(redis: Redis, job_id: str, settings: Settings) -> BloomSeen:
 
 def admit_links(redis: Redis, frontier: Frontier, job_id: str, settings: Settings, entries: Sequence[Entry],
                 token: str = "", cache: SeenCache | None = None,
-                bloom: BloomSeen | None = None) -> tuple[list[str], int]:
+                bloom: BloomSeen | None = None, cache_space: str = "") -> tuple[list[str], int]:
     """Queue the canonical entries this job has not seen. Returns (URLs queued, cache hits).
 
     With the Bloom filter, the filter decides what is new (memoised by ``token``, so a
     redelivered batch gets the same answer) and the frontier queues those; otherwise the
     frontier's exact seen hash decides, atomically with the queueing. The local cache, when
-    given, answers for URLs this process already knows are seen."""
+    given, answers for URLs this process already knows are seen in ``cache_space`` (default:
+    the job)."""
     hits = 0
+    space = cache_space or job_id
     if cache is not None:
-        fresh = [e for e in entries if not cache.seen(f"{job_id} {e.url}")]
+        fresh = [e for e in entries if not cache.seen(f"{space} {e.url}")]
         hits = len(entries) - len(fresh)
         entries = fresh
     budget = dict(budget=settings.max_pages, max_depth=settings.max_depth, host_budget=settings.max_pages_per_host)
@@ -48,5 +50,5 @@ def admit_links(redis: Redis, frontier: Frontier, job_id: str, settings: Setting
     jobs.count(redis, job_id, duplicates=duplicates)
     if cache is not None:
         for e in entries:
-            cache.add(f"{job_id} {e.url}")
+            cache.add(f"{space} {e.url}")
     return queued, hits

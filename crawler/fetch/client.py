@@ -13,7 +13,7 @@ import hashlib
 import os
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urljoin
@@ -82,9 +82,13 @@ class FetchResult:
         return hashlib.sha1(self.body).hexdigest() if self.body else ""
 
 
+# Extra request headers per URL (conditional GET validators), sent on the first hop only.
+ExtraHeaders = Mapping[str, Sequence[tuple[str, str]]]
+
+
 class Fetcher(Protocol):
-    async def fetch_many(self, urls: Sequence[str], config: FetchConfig,
-                         check: HopCheck | None = None) -> list[FetchResult]:
+    async def fetch_many(self, urls: Sequence[str], config: FetchConfig, check: HopCheck | None = None,
+                         headers: ExtraHeaders | None = None) -> list[FetchResult]:
         """One result per URL, in order; failures are results with ``error`` set, never raised.
         ``check`` vets every redirect target before it is followed."""
         ...
@@ -128,28 +132,31 @@ class HttpFetcher:
     def __init__(self, client: httpx.AsyncClient) -> None:
         self.client = client
 
-    async def fetch_many(self, urls: Sequence[str], config: FetchConfig,
-                         check: HopCheck | None = None) -> list[FetchResult]:
-        return list(await asyncio.gather(*(self.fetch_one(u, config, check) for u in urls)))
+    async def fetch_many(self, urls: Sequence[str], config: FetchConfig, check: HopCheck | None = None,
+                         headers: ExtraHeaders | None = None) -> list[FetchResult]:
+        extra = headers or {}
+        return list(await asyncio.gather(*(self.fetch_one(u, config, check, extra.get(u, ())) for u in urls)))
 
-    async def fetch_one(self, url: str, config: FetchConfig, check: HopCheck | None = None) -> FetchResult:
+    async def fetch_one(self, url: str, config: FetchConfig, check: HopCheck | None = None,
+                        headers: Sequence[tuple[str, str]] = ()) -> FetchResult:
         result = FetchResult(url=url, final_url=url, fetched_at=time.time())
         start = time.monotonic()
         try:
             async with asyncio.timeout(config.deadline):
-                await self._follow(result, config, check)
+                await self._follow(result, config, check, headers)
         except Exception as exc:  # every failure becomes a named result, never a crashed batch
             result.error = map_exception(exc)
         result.elapsed = time.monotonic() - start
         return result
 
-    async def _follow(self, result: FetchResult, config: FetchConfig, check: HopCheck | None) -> None:
+    async def _follow(self, result: FetchResult, config: FetchConfig, check: HopCheck | None,
+                      extra: Sequence[tuple[str, str]]) -> None:
         timeout = httpx.Timeout(config.read_timeout, connect=config.connect_timeout)
         seen = {result.url}
         current = result.url
-        for _hop in range(config.max_redirects + 1):
-            request = self.client.build_request("GET", current, headers={"User-Agent": config.user_agent},
-                                                timeout=timeout)
+        for hop in range(config.max_redirects + 1):
+            headers = [("User-Agent", config.user_agent), *(extra if hop == 0 else ())]
+            request = self.client.build_request("GET", current, headers=headers, timeout=timeout)
             response = await self.client.send(request, stream=True)
             try:
                 location = response.headers.get("location") if response.is_redirect else None

@@ -27,7 +27,8 @@ SendFetch = Callable[[str, int, str, list[str]], None]  # (job, shard, token, en
 # (job, shard, token, entries): URLs out of attempts, to be stored as failed
 SendFailed = Callable[[str, int, str, list[str]], None]
 
-IDLE_WAIT = 1.0  # longest sleep: bounds how late a new job or an expired lease is noticed
+IDLE_WAIT = 1.0  # longest sleep while jobs run: bounds how late an expired lease is noticed
+IDLE_SLEEP = 10.0  # sleep with no job running; admissions wake it at once, this bounds a lost wake
 BUSY_WAIT = 0.05  # poll interval while a job's concurrency is spent
 LINGER = 0.005  # after a wake, let more completions arrive so batches fill
 REAP_EVERY = 1.0
@@ -47,8 +48,11 @@ class Dispatcher:
     def tick(self, now: float | None = None) -> float:
         """Dispatch everything due now; return how long to wait before the next tick."""
         now = time.time() if now is None else now
+        active = jobs.active(self.redis)
+        if not active:
+            return IDLE_SLEEP  # sleep on the wake lists: the next job or cycle pushes a wake
         wake_at = now + IDLE_WAIT
-        for job_id in jobs.active(self.redis):
+        for job_id in active:
             try:
                 job = jobs.load(self.redis, job_id)
             except KeyError:

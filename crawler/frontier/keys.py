@@ -51,3 +51,13 @@ def bloom_memo(job: str, token: str) -> str:
 
 def wake(shard: int) -> str:
     return f"c:wake:{shard}"
+
+
+PERIODIC = "c:periodic"  # ids of periodic jobs, for the beat's cycle check
+BEAT_LOCK = "c:beat:lock"  # held by the one beat allowed to send periodic tasks
+BEAT_TICKS = "c:beat:ticks"  # cycle checks run, for status and tests
+
+
+def cycle(job: str, number: int | str) -> str:
+    """Start, end and counters of one cycle of a periodic job."""
+    return prefix(job) + f"cyc:{number}"

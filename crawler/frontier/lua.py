@@ -12,9 +12,10 @@ A host is in its shard's ``ready`` zset while it has queued URLs, scored by when
 fetched, or PARKED while a budget is spent; ``next[host]`` is the earliest it may be fetched
 again. ``retry`` holds entries waiting out a backoff, scored by when they are due.
 ``seen[url]`` is the shortest depth the URL was found at (``x<depth>`` once stored, ``b`` if the
-page budget dropped it), so ``max_depth`` holds exactly even when a URL is first found by a
-longer path. ``cnt.open`` counts URLs admitted and not yet stored; ``pend`` holds the tokens of
-link batches on their way to dedup. A job is done when both are empty.
+page budget dropped it, ``s`` if a periodic job's cycle skips it as not due for a revisit), so
+``max_depth`` holds exactly even when a URL is first found by a longer path. ``cnt.open`` counts
+URLs admitted and not yet stored; ``pend`` holds the tokens of link batches on their way to
+dedup. A job is done when both are empty (a periodic job then waits for its next cycle).
 """
 
 from __future__ import annotations
@@ -69,13 +70,27 @@ local function release_slot(host, shard, ipk, now, default_delay)
     end
   end
 end
+-- A job whose URLs are all stored is done; a periodic one waits for its next cycle.
 local function done_check(now)
   local open = tonumber(redis.call('HGET', P .. 'cnt', 'open') or '0')
   if open <= 0 and redis.call('SCARD', P .. 'pend') == 0
       and redis.call('HGET', P .. 'meta', 'status') == 'running' then
-    redis.call('HSET', P .. 'meta', 'status', 'done', 'finished_at', now)
+    local cycle = redis.call('HGET', P .. 'meta', 'cycle')
+    local status = 'done'
+    if cycle then
+      status = 'waiting'
+      redis.call('HSET', P .. 'cyc:' .. cycle, 'finished_at', now)
+    end
+    redis.call('HSET', P .. 'meta', 'status', status, 'finished_at', now)
     redis.call('SREM', 'c:jobs', ARGV[2])
   end
+end
+-- The job dispatches again: in the active set, its shards woken, done at once if nothing is open.
+local function run_job(now, shards)
+  redis.call('HSET', P .. 'meta', 'status', 'running')
+  redis.call('SADD', 'c:jobs', ARGV[2])
+  for shard = 0, shards - 1 do wake(shard) end
+  done_check(now)
 end
 local function entry_depth(e)
   return tonumber(string.match(e, '^(%d+)'))
@@ -106,7 +121,7 @@ if token ~= '' and redis.call('SREM', P .. 'pend', token) == 0 then
   return {}  -- this link batch was admitted before: a redelivery
 end
 local status = redis.call('HGET', P .. 'meta', 'status')
-if status ~= 'running' and status ~= 'paused' then
+if status ~= 'running' and status ~= 'paused' and status ~= 'starting' then
   done_check(now)
   return {}
 end
@@ -132,7 +147,7 @@ for i = 9, #ARGV, 4 do
       requeue(host, shard, e, now)
       new[#new + 1] = url
     end
-  elseif cur == 'b' then
+  elseif cur == 'b' or cur == 's' then
     dup = dup + 1
   elseif string.sub(cur, 1, 1) == 'x' then
     -- Stored already. Fetch it again only if it was too deep to follow its links and this
@@ -368,4 +383,56 @@ local first = redis.call('ZRANGE', P .. 'retry', 0, 0, 'WITHSCORES')
 local nxt = ''
 if #first > 0 then nxt = first[2] end
 return {#due, nxt}
+"""
+
+# ARGV: prefix, job, now. Running -> paused (nothing more is dispatched; what is in flight
+# finishes and is stored); a periodic job waiting for its next cycle -> paused (no cycle starts).
+# Returns the status the job had.
+PAUSE = _HELPERS + """
+local status = redis.call('HGET', P .. 'meta', 'status')
+if status == 'running' or status == 'waiting' then
+  redis.call('HSET', P .. 'meta', 'status', 'paused', 'paused_from', status, 'paused_at', ARGV[3])
+end
+return status
+"""
+
+# ARGV: prefix, job, now, shards. Paused -> what it was, its shards woken; a job whose last
+# URLs were stored while it was paused is done (or waits for its next cycle) now.
+RESUME = _HELPERS + """
+local now, shards = tonumber(ARGV[3]), tonumber(ARGV[4])
+local status = redis.call('HGET', P .. 'meta', 'status')
+if status ~= 'paused' then return status end
+local was = redis.call('HGET', P .. 'meta', 'paused_from') or 'running'
+redis.call('HDEL', P .. 'meta', 'paused_from', 'paused_at')
+if was == 'running' then run_job(now, shards) else redis.call('HSET', P .. 'meta', 'status', was) end
+return 'paused'
+"""
+
+# ARGV: prefix, job, now, next cycle start, stale. A periodic job waiting for a cycle that is due
+# starts it: the cycle number goes up, the status becomes 'starting'. Exactly one caller wins,
+# however many beats or ticks run at once. A start that crashed (still 'starting' after
+# ``stale`` seconds) is handed out again. Returns {cycle, 1 if fresh / 0 if resumed} or {}.
+CLAIM_CYCLE = _HELPERS + """
+local now, nxt, stale = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+local m = P .. 'meta'
+local status = redis.call('HGET', m, 'status')
+local cycle = tonumber(redis.call('HGET', m, 'cycle') or '0')
+if status == 'starting' and tonumber(redis.call('HGET', m, 'cycle_started_at')) < now - stale then
+  redis.call('HSET', m, 'cycle_started_at', now)
+  return {cycle, 0}
+end
+if status ~= 'waiting' or tonumber(redis.call('HGET', m, 'next_cycle_at') or '0') > now then return {} end
+cycle = cycle + 1
+redis.call('HSET', m, 'status', 'starting', 'cycle', cycle, 'cycle_started_at', now, 'next_cycle_at', nxt,
+           'start_stage', 'claimed')
+redis.call('HSET', P .. 'cyc:' .. cycle, 'started_at', now)
+return {cycle, 1}
+"""
+
+# ARGV: prefix, job, now, shards. A cycle's work is queued: 'starting' -> running.
+RUN_CYCLE = _HELPERS + """
+if redis.call('HGET', P .. 'meta', 'status') ~= 'starting' then return 0 end
+redis.call('HDEL', P .. 'meta', 'start_stage')
+run_job(tonumber(ARGV[3]), tonumber(ARGV[4]))
+return 1
 """

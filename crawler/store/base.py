@@ -29,12 +29,22 @@ class PageRecord:
     noindex: bool = False
     simhash: str | None = None  # 64-bit simhash of the visible text, hex
     near_duplicate_of: str | None = None  # an earlier page of the job within the distance
+    etag: str = ""  # validators sent back on the next visit (conditional GET)
+    last_modified: str = ""
+    cycle: int = 0  # the cycle of a periodic job that last visited the page
+    changed_at: float = 0.0  # when the content was last seen to change
+    gone_cycle: int | None = None  # the cycle in which a page that was there answered 404/410
+    revisit_interval: float = 0.0  # seconds between visits, adapted to how often it changes
+    next_visit: float = 0.0  # when the page is due again
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 COLUMNS = [f for f in PageRecord.__dataclass_fields__]
+# What a visit that found the page unchanged (304, or the same bytes) keeps from the last one.
+CONTENT_COLUMNS = ("final_url", "status", "content_type", "title", "content_length", "content_sha1", "outlinks",
+                   "canonical", "noindex", "simhash", "near_duplicate_of", "redirects", "changed_at")
 JSON_COLUMNS = ("outlinks", "redirects")
 
 BeforeCommit = Callable[[list[PageRecord]], None]
@@ -50,6 +60,14 @@ class Store(Protocol):
 
     def pages(self, job_id: str | None = None) -> Iterator[dict[str, Any]]:
         """Every stored page as a dict of columns."""
+        ...
+
+    def previous(self, job_id: str, urls: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The stored rows of those URLs that have one, as dicts of columns."""
+        ...
+
+    def revisits(self, job_id: str) -> Iterator[tuple[str, int, float]]:
+        """(url, depth, next_visit) of every page of the job, for the start of a cycle."""
         ...
 
     def dead_links(self, job_id: str) -> list[tuple[str, int, list[str]]]:

@@ -32,7 +32,14 @@ CREATE TABLE IF NOT EXISTS pages (
     canonical TEXT,
     noindex INTEGER,
     simhash TEXT,
-    near_duplicate_of TEXT
+    near_duplicate_of TEXT,
+    etag TEXT,
+    last_modified TEXT,
+    cycle INTEGER,
+    changed_at REAL,
+    gone_cycle INTEGER,
+    revisit_interval REAL,
+    next_visit REAL
 );
 CREATE INDEX IF NOT EXISTS pages_job ON pages (job_id);
 """
@@ -41,6 +48,14 @@ _INSERT = (
     f"INSERT INTO pages ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)}) "
     f"ON CONFLICT(url) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in COLUMNS if c != 'url')}"
 )
+
+
+def _decode(row: sqlite3.Row) -> dict[str, Any]:
+    d = dict(row)
+    for c in JSON_COLUMNS:
+        d[c] = json.loads(d[c]) if d[c] else []
+    d["noindex"] = bool(d["noindex"])
+    return d
 
 
 def _row(rec: PageRecord) -> tuple[Any, ...]:
@@ -98,11 +113,25 @@ class SQLiteStore:
         try:
             q = "SELECT * FROM pages" + (" WHERE job_id = ?" if job_id else "") + " ORDER BY id"
             for row in conn.execute(q, (job_id,) if job_id else ()):
-                d = dict(row)
-                for c in JSON_COLUMNS:
-                    d[c] = json.loads(d[c]) if d[c] else []
-                d["noindex"] = bool(d["noindex"])
-                yield d
+                yield _decode(row)
+        finally:
+            conn.close()
+
+    def previous(self, job_id: str, urls: Sequence[str]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        cur = self.conn.cursor()
+        cur.row_factory = sqlite3.Row
+        for i in range(0, len(urls), 500):
+            chunk = list(urls[i : i + 500])
+            q = f"SELECT * FROM pages WHERE job_id = ? AND url IN ({','.join('?' * len(chunk))})"
+            out.update((row["url"], _decode(row)) for row in cur.execute(q, [job_id, *chunk]))
+        return out
+
+    def revisits(self, job_id: str) -> Iterator[tuple[str, int, float]]:
+        conn = sqlite3.connect(self.path, timeout=60)
+        try:
+            yield from conn.execute("SELECT url, depth, COALESCE(next_visit, 0) FROM pages WHERE job_id = ?",
+                                    (job_id,))
         finally:
             conn.close()
 

@@ -26,6 +26,7 @@ class Page:
     path: str
     links: list[Link] = field(default_factory=list)
     status: int = 200
+    version: int = 0  # bumped when the page changes between crawl cycles
 
 
 @dataclass
@@ -91,3 +92,17 @@ class WebModel:
                 depth[target] = depth[key] + 1
                 todo.append(target)
         return depth
+
+    # -- mutations between crawl cycles ------------------------------------------------------
+    def add_page(self, site: int, path: str, linked_from: tuple[int, str]) -> None:
+        """A new page, linked from an existing one (which changes with it)."""
+        self.pages[(site, path)] = Page(site, path, links=[Link(site, "/")])
+        self.pages[linked_from].links.append(Link(site, path))
+        self.pages[linked_from].version += 1
+
+    def change(self, site: int, path: str) -> None:
+        self.pages[(site, path)].version += 1
+
+    def remove(self, site: int, path: str) -> None:
+        """The page answers 404 from now on; pages linking to it still do."""
+        self.pages[(site, path)].status = 404

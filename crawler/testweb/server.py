@@ -6,12 +6,14 @@ Extra behaviours for hostile-input tests are registered per path with ``route``.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import threading
 import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -28,6 +30,7 @@ class Hit:
     user_agent: str
     end: float = 0.0  # when the response was written
     host: str = ""  # the Host header
+    status: int = 0  # the status answered (0: a custom route's)
 
 
 class _Server(ThreadingHTTPServer):
@@ -50,6 +53,7 @@ class TestWeb:
         self.model = model
         self.ips = [f"{base_ip}{first + i}" for i in range(model.sites)]
         self.filler = filler  # bytes of padding text per page, for realistic sizes
+        self.conditional = True  # answer If-None-Match / If-Modified-Since with 304
         self.log: list[Hit] = []
         self._lock = threading.Lock()
         self.routes: dict[tuple[int, str], Handler] = {}
@@ -124,8 +128,9 @@ class TestWeb:
             items.append(f'<li><a href="{self.render_href(site, path, link, rng)}"{rel}>link {link.path}</a></li>')
         base = '<base href="/p/">' if path.startswith("/p/") else ""
         pad = ("<p>" + "lorem ipsum dolor sit amet " * (self.filler // 27) + "</p>") if self.filler else ""
+        revision = f"<p>revision {page.version}</p>" if page.version else ""
         html = (f"<!doctype html><html><head><meta charset=utf-8><title>Site {site} {path}</title>{base}</head>"
-                f"<body><h1>Site {site}</h1><ul>{''.join(items)}</ul>{pad}</body></html>")
+                f"<body><h1>Site {site}</h1>{revision}<ul>{''.join(items)}</ul>{pad}</body></html>")
         return html.encode()
 
     def _handler(self, site: int) -> type[BaseHTTPRequestHandler]:
@@ -137,16 +142,19 @@ class TestWeb:
             def log_message(self, *args: object) -> None:
                 pass
 
+            status = 0
+
             def do_GET(self) -> None:
                 start = time.time()
                 parts = urlsplit(self.path)
                 path = parts.path + (f"?{urlencode(sorted(parse_qsl(parts.query)))}" if parts.query else "")
+                self.status = 0
                 try:
                     self._serve(site, path)
                 finally:
                     with web._lock:
                         web.log.append(Hit(site, path, start, self.headers.get("User-Agent", ""), time.time(),
-                                           self.headers.get("Host", "")))
+                                           self.headers.get("Host", ""), self.status))
 
             def _serve(self, site: int, path: str) -> None:
                 custom = web.routes.get((site, path))
@@ -157,11 +165,24 @@ class TestWeb:
                 if page is None or page.status != 200:
                     self._send(404 if page is None else page.status, b"<html><title>missing</title></html>")
                     return
-                self._send(200, web.render(site, path))
+                body = web.render(site, path)
+                etag = f'"{hashlib.sha1(body).hexdigest()[:16]}"'
+                modified = formatdate(1_700_000_000 + 86400 * page.version, usegmt=True)
+                validators = [("ETag", etag), ("Last-Modified", modified)]
+                if web.conditional and (self.headers.get("If-None-Match") == etag or (
+                        "If-None-Match" not in self.headers and self.headers.get("If-Modified-Since") == modified)):
+                    self._send(304, b"", headers=validators)
+                    return
+                self._send(200, body, headers=validators)
 
-            def _send(self, status: int, body: bytes, ctype: str = "text/html; charset=utf-8") -> None:
+            def _send(self, status: int, body: bytes, ctype: str = "text/html; charset=utf-8",
+                      headers: list[tuple[str, str]] | None = None) -> None:
+                self.status = status
                 self.send_response(status)
-                self.send_header("Content-Type", ctype)
+                if status != 304:
+                    self.send_header("Content-Type", ctype)
+                for name, value in headers or []:
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)

@@ -1,0 +1,122 @@
+"""Cycles of periodic jobs (the ZooKeeper/Redis crawler's coordinator): the beat's tick starts
+each due job's next cycle; a cycle re-enqueues the seeds and every stored page whose revisit
+time has come, with a fresh seen-set, so what cycle k saw does not block cycle k+1.
+
+Starting a cycle is claimed atomically in Redis (``CLAIM_CYCLE``), so however many beats or
+ticks run at once, each cycle starts once. The work is queued while the job is ``starting``,
+which nothing dispatches, and only then does the job run: a cycle cannot end half-queued.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from redis import Redis
+
+from crawler import jobs
+from crawler.dedup import admit_links, bloom_for
+from crawler.frontier import Entry, Frontier, keys, lua
+from crawler.jobs import Job
+from crawler.schedule import next_cycle
+from crawler.store import Store
+
+log = logging.getLogger(__name__)
+
+CHUNK = 1000
+STALE_START = 300.0  # a start still unfinished after this long crashed: hand it out again
+
+OpenStore = Callable[[str], Store]
+
+
+def tick(redis: Redis, open_store: OpenStore, now: float | None = None) -> list[tuple[str, int]]:
+    """Start the next cycle of every periodic job whose time has come; return (job, cycle)s."""
+    now = time.time() if now is None else now
+    started = []
+    for raw in sorted(redis.smembers(keys.PERIODIC)):
+        job_id = raw.decode()
+        try:
+            cycle = start_cycle(redis, job_id, open_store, now)
+        except KeyError:
+            redis.srem(keys.PERIODIC, job_id)  # the job was deleted
+            continue
+        except Exception:  # one broken job must not keep the others from their cycles
+            log.exception("job %s: could not start its next cycle", job_id)
+            continue
+        if cycle:
+            started.append((job_id, cycle))
+    return started
+
+
+def start_cycle(redis: Redis, job_id: str, open_store: OpenStore, now: float) -> int:
+    """Start the job's next cycle if it is due; return its number, or 0."""
+    status, due = redis.hmget(keys.meta(job_id), ["status", "next_cycle_at"])
+    if status is None:
+        raise KeyError(job_id)
+    if status.decode() not in (jobs.WAITING, jobs.STARTING):
+        return 0
+    job = jobs.load(redis, job_id, max_age=0)
+    s = job.settings
+    following = next_cycle(s.every, s.cron, float(due or now), now)
+    claim = redis.register_script(lua.CLAIM_CYCLE)
+    got = claim(args=[keys.prefix(job_id), job_id, now, following, STALE_START])
+    if not got:
+        return 0
+    cycle = int(got[0])
+    if redis.hget(keys.meta(job_id), "start_stage") == b"claimed":
+        _forget_seen(redis, job)
+        redis.hset(keys.meta(job_id), "start_stage", "reset")
+    queued, skipped = _queue_revisits(redis, job, open_store(s.store), now)
+    redis.register_script(lua.RUN_CYCLE)(args=[keys.prefix(job_id), job_id, time.time(), s.shards])
+    jobs.count_cycle(redis, job_id, cycle, queued=queued, not_due=skipped)
+    log.info("job %s: cycle %d started, %d URLs queued, %d pages not due", job_id, cycle, queued, skipped)
+    return cycle
+
+
+def _forget_seen(redis: Redis, job: Job) -> None:
+    """A fresh seen-set, near-duplicate index and per-cycle budgets for the new cycle."""
+    p = keys.prefix(job.id)
+    doomed = [keys.seen(job.id), p + "hostn"]
+    doomed += list(redis.scan_iter(p + "sh:*", count=1000))
+    redis.delete(*doomed)
+    bloom_for(redis, job.id, job.settings).reset()
+    redis.hset(keys.counters(job.id), "admitted", 0)
+
+
+def _queue_revisits(redis: Redis, job: Job, store: Store, now: float) -> tuple[int, int]:
+    """Queue the seeds and the stored pages due for a visit; mark the pages not due as seen, so
+    links to them are skipped this cycle. Idempotent: a repeated start queues nothing twice."""
+    s = job.settings
+    seeds = [Entry(u) for u in jobs.seeds(redis, job.id)]
+    seed_urls = {e.url for e in seeds}
+    frontier = Frontier(redis)
+    bloom = bloom_for(redis, job.id, s) if s.uses_bloom else None
+    queued = skipped = 0
+    due: list[Entry] = list(seeds)
+    not_due: list[str] = []
+
+    def flush() -> None:
+        nonlocal queued, skipped
+        if not_due:
+            if bloom is not None:
+                bloom.add_many(not_due)
+            else:
+                redis.hset(keys.seen(job.id), mapping=dict.fromkeys(not_due, "s"))
+            skipped += len(not_due)
+            not_due.clear()
+        if due:
+            queued += len(admit_links(redis, frontier, job.id, s, due, bloom=bloom)[0])
+            due.clear()
+
+    for url, depth, next_visit in store.revisits(job.id):
+        if url in seed_urls:
+            continue
+        if next_visit <= now:
+            due.append(Entry(url, depth))
+        else:
+            not_due.append(url)
+        if len(due) + len(not_due) >= CHUNK:
+            flush()
+    flush()
+    return queued, skipped
