@@ -33,6 +33,12 @@ def wait_status(client: redis.Redis, job_id: str, status: str, cycle: int, timeo
     raise TimeoutError(f"job {job_id} not {status} in cycle {cycle}: {jobs.status(client, job_id)}")
 
 
+def wait_stored(client: redis.Redis, job_id: str, n: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while int(client.hget(keys.counters(job_id), "stored") or 0) < n and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def live_rows(store_url: str, job_id: str) -> dict[str, str]:
     store = open_store(store_url)
     try:
@@ -157,7 +163,7 @@ def _periodic_job(r: redis.Redis, web: TestWeb, store_url: str, **kw: object) ->
     return jobs.submit(r, settings, web.seeds())
 
 
-def _next_cycle(r: redis.Redis, job_id: str, store_url: str, at: float) -> int:
+def _next_cycle(r: redis.Redis, job_id: str, at: float) -> int:
     """Start the next cycle as the beat's tick would, at time ``at``."""
     return cycles.start_cycle(r, job_id, open_store, at)
 
@@ -174,10 +180,10 @@ def test_pages_not_due_are_skipped_and_not_followed_to(r: redis.Redis, make_web,
     # An hour later only what is due goes again: the seeds; their links lead to pages whose
     # revisit time (the period) has not come, and those are not fetched.
     at = float(r.hget(keys.meta(job_id), "next_cycle_at") or 0) + 1
-    assert _next_cycle(r, job_id, store_url, at - 1801) == 0, "not due yet"
+    assert _next_cycle(r, job_id, at - 1801) == 0, "not due yet"
     stored = len(rows(store_url, job_id))
     r.hset(keys.meta(job_id), "next_cycle_at", time.time())  # due now, pages still not due
-    assert _next_cycle(r, job_id, store_url, time.time()) == 2
+    assert _next_cycle(r, job_id, time.time()) == 2
     wait_status(r, job_id, jobs.WAITING, 2)
     again = [h.path for h in web.hits()[first:] if h.path != "/robots.txt"]
     assert sorted(again) == ["/", "/"]
@@ -196,7 +202,7 @@ def test_unconditional_server_same_bytes_count_unchanged_without_parsing(  # typ
     live = len(live_rows(store_url, job_id))
     web.conditional = False  # validators are ignored: every page comes back 200
     web.model.change(0, "/p/4.html")
-    assert _next_cycle(r, job_id, store_url, time.time() + 61) == 2
+    assert _next_cycle(r, job_id, time.time() + 61) == 2
     wait_status(r, job_id, jobs.WAITING, 2)
     report = jobs.cycles(r, job_id)[1]
     assert report["not_modified"] == 0
@@ -219,9 +225,7 @@ def test_pause_resume_lose_and_repeat_nothing_and_idle_workers_sleep(  # type: i
     store_url = f"sqlite:///{tmp_path / 'crawl.db'}"
     w = workers.start("w0", "shard-0")
     job_id = jobs.submit(r, Settings.from_env(shards=1, per_host=1, delay=0.05, store=store_url), web.seeds())
-    deadline = time.monotonic() + 30
-    while int(r.hget(keys.counters(job_id), "stored") or 0) < 10 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_stored(r, job_id, 10)
     assert jobs.pause(r, job_id) == jobs.RUNNING
     time.sleep(1.0)  # what was in flight finishes and is stored
     hits, stored = len(web.hits()), len(rows(store_url, job_id))
@@ -249,9 +253,7 @@ def test_stop_stores_what_is_in_flight_and_dispatches_nothing_more(  # type: ign
     store_url = f"sqlite:///{tmp_path / 'crawl.db'}"
     workers.start("w0", "shard-0")
     job_id = _periodic_job(r, web, store_url, every=2.0, delay=0.05, per_host=1)
-    deadline = time.monotonic() + 30
-    while int(r.hget(keys.counters(job_id), "stored") or 0) < 10 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_stored(r, job_id, 10)
     jobs.stop(r, job_id)
     time.sleep(1.0)
     hits = web.hits()
