@@ -42,6 +42,9 @@ def make_app(settings: Settings | None = None) -> Celery:
     from crawler.frontier.dispatcher import DispatcherStep
 
     app.steps["worker"].add(DispatcherStep)
+    from crawler.nodes import install_signal_handlers
+
+    install_signal_handlers()
     return app
 
 

@@ -222,6 +222,25 @@ def cmd_cycles(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_nodes(args: argparse.Namespace) -> int:
+    from crawler import nodes
+
+    client = _client(args.redis_url)
+    rows = nodes.nodes(client)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no worker has sent a heartbeat (workers send them while task events are on)")
+        return 0
+    print(f"{'node':32} {'pid':>7} {'shards':12} {'last heartbeat':>14} {'fetched':>9} {'pages/s':>8}  state")
+    for n in rows:
+        shards = ",".join(map(str, n["shards"])) or "-"
+        print(f"{n['node']:32} {n['pid']:>7} {shards:12} {n['age']:>12.1f}s {n['fetched']:>9} "
+              f"{n['pages_per_s']:>8.1f}  {n['state']}")
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     target = args.source
     url = target if "://" in target else f"sqlite:///{Path(target).resolve() / 'crawl.db'}"
@@ -349,6 +368,11 @@ def build_parser() -> argparse.ArgumentParser:
     cy.add_argument("--json", action="store_true")
     cy.add_argument("--redis-url")
     cy.set_defaults(func=cmd_cycles)
+
+    nd = sub.add_parser("nodes", help="every worker: pid, shards, last heartbeat, pages fetched, pages/s, state")
+    nd.add_argument("--json", action="store_true")
+    nd.add_argument("--redis-url")
+    nd.set_defaults(func=cmd_nodes)
 
     e = sub.add_parser("export", help="print stored pages")
     e.add_argument("source", help="an output directory or a store URL")
