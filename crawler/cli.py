@@ -222,6 +222,23 @@ def cmd_cycles(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_shards(args: argparse.Namespace) -> int:
+    from crawler.rebalance import set_shards
+
+    client = _client(args.redis_url)
+    targets = args.job or jobs.active(client)
+    if not targets:
+        print("no running job to reshard (give --job JOB)")
+        return 1
+    for job_id in targets:
+        moved = set_shards(client, job_id, args.count)
+        share = moved.hosts / moved.hosts_total if moved.hosts_total else 0.0
+        print(f"job {job_id}: {args.count} shards; {moved.hosts} of {moved.hosts_total} hosts moved ({share:.0%}), "
+              f"{moved.records} records rewritten, {moved.messages} messages requeued")
+    print(f"start workers for shard-0 .. shard-{args.count - 1} (celery -A crawler worker -Q shard-N)")
+    return 0
+
+
 def cmd_nodes(args: argparse.Namespace) -> int:
     from crawler import nodes
 
@@ -368,6 +385,14 @@ def build_parser() -> argparse.ArgumentParser:
     cy.add_argument("--json", action="store_true")
     cy.add_argument("--redis-url")
     cy.set_defaults(func=cmd_cycles)
+
+    sh = sub.add_parser("shards", help="change the shard count of running jobs")
+    shs = sh.add_subparsers(dest="action", required=True)
+    sset = shs.add_parser("set", help="give running jobs N shards; only the hosts whose shard changed move")
+    sset.add_argument("count", type=int, metavar="N")
+    sset.add_argument("--job", action="append", help="only this job (repeatable; default: every running job)")
+    sset.add_argument("--redis-url")
+    sset.set_defaults(func=cmd_shards)
 
     nd = sub.add_parser("nodes", help="every worker: pid, shards, last heartbeat, pages fetched, pages/s, state")
     nd.add_argument("--json", action="store_true")
