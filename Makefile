@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # the default pre-assignment, keeps the long end-to-end tests from piling onto one process.
 PYTEST_WORKERS ?= auto
 
-.PHONY: install test lint unit demo settings-table clean bench-dedup
+.PHONY: install test lint unit demo settings-table clean bench-dedup up down
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -37,3 +37,10 @@ settings-table: $(PY)
 
 clean:
 	rm -rf crawl-out .pytest_cache .ruff_cache
+
+# The compose cluster: Redis (AOF, password), PostgreSQL, a worker per shard, beat, Flower.
+up:
+	docker compose up -d --build
+
+down:
+	docker compose down

@@ -29,7 +29,8 @@ def make_app(settings: Settings | None = None) -> Celery:
         worker_prefetch_multiplier=1,
         broker_transport_options={"visibility_timeout": settings.visibility_timeout},
         task_time_limit=settings.task_time_limit,
-        task_soft_time_limit=max(1, settings.task_time_limit - 30),
+        # The soft limit warns a task shortly before the hard one kills it.
+        task_soft_time_limit=settings.task_time_limit - min(30, settings.task_time_limit * 0.2),
         task_default_queue="shard-0",
         task_create_missing_queues=True,
         broker_connection_retry_on_startup=True,
@@ -42,6 +43,9 @@ def make_app(settings: Settings | None = None) -> Celery:
     from crawler.frontier.dispatcher import DispatcherStep
 
     app.steps["worker"].add(DispatcherStep)
+    from crawler.nodes import install_signal_handlers
+
+    install_signal_handlers()
     return app
 
 

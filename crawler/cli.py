@@ -222,6 +222,42 @@ def cmd_cycles(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_shards(args: argparse.Namespace) -> int:
+    from crawler.rebalance import set_shards
+
+    client = _client(args.redis_url)
+    targets = args.job or jobs.active(client)
+    if not targets:
+        print("no running job to reshard (give --job JOB)")
+        return 1
+    for job_id in targets:
+        moved = set_shards(client, job_id, args.count)
+        share = moved.hosts / moved.hosts_total if moved.hosts_total else 0.0
+        print(f"job {job_id}: {args.count} shards; {moved.hosts} of {moved.hosts_total} hosts moved ({share:.0%}), "
+              f"{moved.records} records rewritten, {moved.messages} messages requeued")
+    print(f"start workers for shard-0 .. shard-{args.count - 1} (celery -A crawler worker -Q shard-N)")
+    return 0
+
+
+def cmd_nodes(args: argparse.Namespace) -> int:
+    from crawler import nodes
+
+    client = _client(args.redis_url)
+    rows = nodes.nodes(client)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no worker has sent a heartbeat (workers send them while task events are on)")
+        return 0
+    print(f"{'node':32} {'pid':>7} {'shards':12} {'last heartbeat':>14} {'fetched':>9} {'pages/s':>8}  state")
+    for n in rows:
+        shards = ",".join(map(str, n["shards"])) or "-"
+        print(f"{n['node']:32} {n['pid']:>7} {shards:12} {n['age']:>12.1f}s {n['fetched']:>9} "
+              f"{n['pages_per_s']:>8.1f}  {n['state']}")
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     target = args.source
     url = target if "://" in target else f"sqlite:///{Path(target).resolve() / 'crawl.db'}"
@@ -349,6 +385,19 @@ def build_parser() -> argparse.ArgumentParser:
     cy.add_argument("--json", action="store_true")
     cy.add_argument("--redis-url")
     cy.set_defaults(func=cmd_cycles)
+
+    sh = sub.add_parser("shards", help="change the shard count of running jobs")
+    shs = sh.add_subparsers(dest="action", required=True)
+    sset = shs.add_parser("set", help="give running jobs N shards; only the hosts whose shard changed move")
+    sset.add_argument("count", type=int, metavar="N")
+    sset.add_argument("--job", action="append", help="only this job (repeatable; default: every running job)")
+    sset.add_argument("--redis-url")
+    sset.set_defaults(func=cmd_shards)
+
+    nd = sub.add_parser("nodes", help="every worker: pid, shards, last heartbeat, pages fetched, pages/s, state")
+    nd.add_argument("--json", action="store_true")
+    nd.add_argument("--redis-url")
+    nd.set_defaults(func=cmd_nodes)
 
     e = sub.add_parser("export", help="print stored pages")
     e.add_argument("source", help="an output directory or a store URL")

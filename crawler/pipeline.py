@@ -170,6 +170,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
         pipe.hset(keys.prefix(job.id) + "delay", mapping=delays)  # type: ignore[arg-type]
     jobs.count(pipe, job.id, fetched=len(pages), failed=failed, bytes=nbytes, not_modified=not_modified)
     jobs.count_cycle(pipe, job.id, cycle, fetched=len(pages), bytes=nbytes, not_modified=not_modified)
+    pipe.hincrby(keys.NODE_FETCHED, ctx.node, len(pages))
     ctx.frontier.fetched(job.id, done, lease_timeout=s.lease_timeout, delay=s.delay, pipe=pipe)
     pipe.execute()
     if s.sitemaps and policies:

@@ -69,8 +69,10 @@ class RedisServer:
                 err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
                 raise RedisServerError(f"redis-server exited with {self.proc.returncode}: {err.strip()[:300]}")
             try:
-                # Whoever answers must be our child: the port may have been taken meanwhile.
-                if int(client.info("server")["process_id"]) == self.proc.pid:
+                # Whoever answers must be our child: the port may have been taken meanwhile;
+                # and it must have loaded its append-only file before it is of use.
+                info = client.info()
+                if int(info["process_id"]) == self.proc.pid and not int(info.get("loading", 0)):
                     return self
                 time.sleep(0.05)
             except redis.ConnectionError:

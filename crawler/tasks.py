@@ -9,6 +9,7 @@ from typing import Any
 
 from celery import Task
 from redis import Redis
+from redis import exceptions as redis_errors
 
 from crawler import jobs, pipeline
 from crawler.app import app, redis_url
@@ -39,6 +40,12 @@ class CrawlTask(Task):
     come back for ever."""
 
     acks_late = True
+    # Redis unreachable or loading (a restart): try again later instead of dropping the work.
+    autoretry_for = (redis_errors.ConnectionError, redis_errors.TimeoutError)
+    retry_backoff = 1
+    retry_backoff_max = 30
+    retry_jitter = True
+    max_retries = 20
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         info = self.request.delivery_info or {}

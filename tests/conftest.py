@@ -133,6 +133,36 @@ def wait_done(client: redis.Redis, job_id: str, timeout: float = 90.0) -> dict[s
     raise TimeoutError(f"job {job_id} not done after {timeout}s: {jobs.status(client, job_id)}")
 
 
+# A PostgreSQL server to create throwaway databases in (.ci/run starts one if none is running).
+POSTGRES_ADMIN = os.environ.get("CRAWLER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for one test, dropped afterwards."""
+    import uuid
+
+    import psycopg
+
+    name = f"crawler_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    base = POSTGRES_ADMIN.rsplit("/", 1)[0]
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each store backend in turn."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'crawl.db'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
 @pytest.fixture(autouse=True)
 def _never_the_machines_redis(monkeypatch: pytest.MonkeyPatch) -> None:
     """Anything in the test process that falls back to the default broker (6379) fails loudly

@@ -19,6 +19,7 @@ from celery import bootsteps
 from crawler import jobs
 from crawler.frontier import keys
 from crawler.frontier.core import Frontier
+from crawler.rebalance import rebalance_if_changed
 from crawler.sharding import shard_of_queue
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,10 @@ class Dispatcher:
             if now - self._last_reap.get(job_id, 0.0) >= REAP_EVERY:
                 self._last_reap[job_id] = now
                 self._reap(job_id, s.delay, s.max_attempts, now)
+                moved = rebalance_if_changed(self.redis, job_id, s.shards, now)
+                if moved and (moved.records or moved.messages):
+                    log.warning("job %s: shard change settling: %d records, %d messages moved",
+                                job_id, moved.records, moved.messages)
             due = self.frontier.promote(job_id, now=now)
             if due is not None:
                 wake_at = min(wake_at, due)

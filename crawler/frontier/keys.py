@@ -61,3 +61,5 @@ BEAT_TICKS = "c:beat:ticks"  # cycle checks run, for status and tests
 def cycle(job: str, number: int | str) -> str:
     """Start, end and counters of one cycle of a periodic job."""
     return prefix(job) + f"cyc:{number}"
+NODES = "c:nodes"  # node name -> its latest heartbeat figures (crawler.nodes)
+NODE_FETCHED = "c:nodes:fetched"  # node name -> pages it has fetched

@@ -82,7 +82,8 @@ class StoreURLError(ValueError):
 
 
 def open_store(url: str) -> Store:
-    """``sqlite:///path/crawl.db`` (relative) or ``sqlite:////abs/path``; PostgreSQL joins here."""
+    """``sqlite:///path/crawl.db`` (relative), ``sqlite:////abs/path``, or
+    ``postgresql://user:password@host:5432/db``."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         raise StoreURLError(f"store URL {url!r} has no scheme (try sqlite:///path/crawl.db)")
@@ -93,4 +94,8 @@ def open_store(url: str) -> Store:
         if not path:
             raise StoreURLError(f"store URL {url!r} names no file")
         return SQLiteStore(path)
-    raise StoreURLError(f"unknown store scheme {scheme!r} in {url!r} (known: sqlite)")
+    if scheme in ("postgresql", "postgres"):
+        from crawler.store.postgres import PostgresStore
+
+        return PostgresStore(url)
+    raise StoreURLError(f"unknown store scheme {scheme!r} in {url!r} (known: sqlite, postgresql)")

@@ -13,7 +13,7 @@ from crawler.store.base import COLUMNS, JSON_COLUMNS, BeforeCommit, PageRecord
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS pages (
     id INTEGER PRIMARY KEY,
-    url TEXT NOT NULL UNIQUE,
+    url TEXT NOT NULL,
     job_id TEXT NOT NULL,
     fetch_id TEXT NOT NULL,
     final_url TEXT,
@@ -42,11 +42,13 @@ CREATE TABLE IF NOT EXISTS pages (
     next_visit REAL
 );
 CREATE INDEX IF NOT EXISTS pages_job ON pages (job_id);
+CREATE UNIQUE INDEX IF NOT EXISTS pages_job_url ON pages (job_id, url);
 """
 
 _INSERT = (
     f"INSERT INTO pages ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)}) "
-    f"ON CONFLICT(url) DO UPDATE SET {', '.join(f'{c} = excluded.{c}' for c in COLUMNS if c != 'url')}"
+    f"ON CONFLICT(job_id, url) DO UPDATE SET "
+    f"{', '.join(f'{c} = excluded.{c}' for c in COLUMNS if c not in ('url', 'job_id'))}"
 )
 
 
@@ -90,13 +92,14 @@ class SQLiteStore:
         cur = self.conn.cursor()
         cur.execute("BEGIN IMMEDIATE")
         try:
-            stored: dict[str, str] = {}
-            urls = [r.url for r in records]
-            for i in range(0, len(urls), 500):
-                chunk = urls[i : i + 500]
-                q = f"SELECT url, fetch_id FROM pages WHERE url IN ({','.join('?' * len(chunk))})"
-                stored.update(cur.execute(q, chunk).fetchall())
-            new = [r for r in records if stored.get(r.url) != r.fetch_id]
+            stored: dict[tuple[str, str], str] = {}
+            keys = [(r.job_id, r.url) for r in records]
+            for i in range(0, len(keys), 400):
+                chunk = keys[i : i + 400]
+                pairs = ",".join(["(?, ?)"] * len(chunk))
+                q = f"SELECT job_id, url, fetch_id FROM pages WHERE (job_id, url) IN (VALUES {pairs})"
+                stored.update(((j, u), f) for j, u, f in cur.execute(q, [x for k in chunk for x in k]).fetchall())
+            new = [r for r in records if stored.get((r.job_id, r.url)) != r.fetch_id]
             if new:
                 if before_commit is not None:
                     before_commit(new)

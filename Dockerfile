@@ -1,0 +1,9 @@
+# One image for every service of docker-compose.yml: workers, beat, Flower.
+FROM python:3.11-slim
+WORKDIR /app
+COPY pyproject.toml README.md beat_schedule.py ./
+COPY crawler ./crawler
+RUN pip install --no-cache-dir .
+# Workers run as an unprivileged user; Celery warns against root.
+RUN useradd --create-home crawler && mkdir -p /data && chown crawler /data
+USER crawler

@@ -1,0 +1,110 @@
+"""PostgreSQL store, for crawls on many machines: the SQLite store's schema and idempotency
+(one row per job and canonical URL; a fetch id already stored is not written again), batched
+writes, and page ids from one database sequence, so they are unique across every worker."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from crawler.store.base import COLUMNS, JSON_COLUMNS, BeforeCommit, PageRecord
+
+_TYPES = {
+    "url": "TEXT NOT NULL", "job_id": "TEXT NOT NULL", "fetch_id": "TEXT NOT NULL", "status": "INTEGER",
+    "depth": "INTEGER", "fetched_at": "DOUBLE PRECISION", "content_length": "BIGINT", "outlinks": "JSONB",
+    "redirects": "JSONB", "noindex": "BOOLEAN", "cycle": "INTEGER", "changed_at": "DOUBLE PRECISION",
+    "gone_cycle": "INTEGER", "revisit_interval": "DOUBLE PRECISION", "next_visit": "DOUBLE PRECISION",
+}
+
+
+def _type(column: str) -> str:
+    return _TYPES.get(column, "TEXT")
+
+
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS pages (id BIGSERIAL PRIMARY KEY, "
+    + ", ".join(f"{c} {_type(c)}" for c in COLUMNS)
+    + ", UNIQUE (job_id, url))"
+)
+
+_VALUES = ", ".join(f"%({c})s::jsonb" if c in JSON_COLUMNS else f"%({c})s" for c in COLUMNS)
+_UPSERT = (
+    f"INSERT INTO pages ({', '.join(COLUMNS)}) VALUES ({_VALUES}) "
+    f"ON CONFLICT (job_id, url) DO UPDATE SET "
+    f"{', '.join(f'{c} = excluded.{c}' for c in COLUMNS if c not in ('url', 'job_id'))} "
+    # The same fetch delivered twice writes nothing the second time.
+    f"WHERE pages.fetch_id IS DISTINCT FROM excluded.fetch_id RETURNING job_id, url"
+)
+
+
+def _params(rec: PageRecord) -> dict[str, Any]:
+    d = rec.to_dict()
+    for c in JSON_COLUMNS:
+        d[c] = json.dumps(d[c])
+    return d
+
+
+class PostgresStore:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.conn = psycopg.connect(url)
+        with self.conn.transaction():
+            # Workers starting together must not race each other's CREATE TABLE.
+            self.conn.execute("SELECT pg_advisory_xact_lock(7243001)")
+            self.conn.execute(SCHEMA)
+            self.conn.execute("CREATE INDEX IF NOT EXISTS pages_job_next ON pages (job_id, next_visit)")
+            have = {r[0] for r in self.conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'pages'")}
+            for column in COLUMNS:
+                if column not in have:
+                    self.conn.execute(f"ALTER TABLE pages ADD COLUMN {column} {_type(column).replace(' NOT NULL', '')}")
+
+    def put(self, records: Sequence[PageRecord], before_commit: BeforeCommit | None = None) -> list[PageRecord]:
+        if not records:
+            return []
+        written: set[tuple[str, str]] = set()
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.executemany(_UPSERT, [_params(r) for r in records], returning=True)
+            while True:
+                written.update((row[0], row[1]) for row in cur.fetchall())
+                if not cur.nextset():
+                    break
+            new = [r for r in records if (r.job_id, r.url) in written]
+            if new and before_commit is not None:
+                before_commit(new)
+        return new
+
+    def pages(self, job_id: str | None = None) -> Iterator[dict[str, Any]]:
+        with psycopg.connect(self.url, row_factory=dict_row) as conn:
+            q = "SELECT * FROM pages" + (" WHERE job_id = %s" if job_id else "") + " ORDER BY id"
+            yield from conn.execute(q, (job_id,) if job_id else ())
+
+    def previous(self, job_id: str, urls: Sequence[str]) -> dict[str, dict[str, Any]]:
+        with self.conn.transaction(), self.conn.cursor(row_factory=dict_row) as cur:
+            cur.execute("SELECT * FROM pages WHERE job_id = %s AND url = ANY(%s)", (job_id, list(urls)))
+            return {row["url"]: row for row in cur.fetchall()}
+
+    def revisits(self, job_id: str) -> Iterator[tuple[str, int, float]]:
+        with psycopg.connect(self.url) as conn, conn.cursor(name="revisits") as cur:
+            cur.itersize = 5000
+            cur.execute("SELECT url, depth, COALESCE(next_visit, 0) FROM pages WHERE job_id = %s", (job_id,))
+            yield from cur
+
+    def dead_links(self, job_id: str) -> list[tuple[str, int, list[str]]]:
+        with psycopg.connect(self.url) as conn:
+            dead = conn.execute("SELECT url, status FROM pages WHERE job_id = %s AND status IN (404, 410) "
+                                "ORDER BY url", (job_id,)).fetchall()
+            out = []
+            for url, status in dead:
+                refs = [r for (r,) in conn.execute(
+                    "SELECT DISTINCT p.url FROM pages p, jsonb_array_elements_text(p.outlinks) j "
+                    "WHERE p.job_id = %s AND j = %s ORDER BY p.url", (job_id, url))]
+                out.append((url, status, refs))
+            return out
+
+    def close(self) -> None:
+        self.conn.close()
