@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # the default pre-assignment, keeps the long end-to-end tests from piling onto one process.
 PYTEST_WORKERS ?= auto
 
-.PHONY: install test lint unit demo settings-table clean bench-dedup up down
+.PHONY: install test lint unit demo settings-table clean bench-dedup bench-scaling up down
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,9 @@ demo: $(PY)
 # Benchmarks, not tests: numbers for the README and issue notes.
 bench-dedup: $(PY)
 	$(PY) -m bench.dedup
+
+bench-scaling: $(PY)
+	$(PY) -m bench.scaling
 
 settings-table: $(PY)
 	$(VENV)/bin/crawler settings --readme README.md
