@@ -27,7 +27,15 @@ def make_app(settings: Settings | None = None) -> Celery:
         task_reject_on_worker_lost=True,
         # A fetch can take seconds: do not let one worker hoard messages behind it.
         worker_prefetch_multiplier=1,
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout},
+        broker_transport_options={
+            "visibility_timeout": settings.visibility_timeout,
+            # kombu sweeps for messages of dead workers only every interval x throttle seconds
+            # (100 s by default) and a sweeper killed mid-sweep blocks the rest for the mutex's
+            # 300 s: scale both to the visibility timeout so lost messages return promptly.
+            "unacked_restore_interval": max(1, min(10, settings.visibility_timeout // 4)),
+            "unacked_restore_throttle": 1,
+            "unacked_mutex_expire": max(5, min(300, settings.visibility_timeout // 2)),
+        },
         task_time_limit=settings.task_time_limit,
         # The soft limit warns a task shortly before the hard one kills it.
         task_soft_time_limit=settings.task_time_limit - min(30, settings.task_time_limit * 0.2),

@@ -253,7 +253,8 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[Page]) -> tuple[
     jobs.count(ctx.redis, job.id, parsed=len(want), bad_url=bad, links_out_of_scope=out_of_scope,
                near_duplicates=near, skipped_unchanged=sum(1 for p in pages if p.get("unchanged")))
     jobs.count_cycle(ctx.redis, job.id, pages[0].get("cycle", 0) if pages else 0, parsed=len(parsed_pages))
-    ctx.frontier.expect(job.id, [link_token(token, shard) for shard in batches])
+    ctx.frontier.expect(job.id, {link_token(token, shard): links for shard, links in batches.items()},
+                        s.lease_timeout)
     return pages, dict(batches)
 
 

@@ -7,10 +7,12 @@ stored, so a worker that dies loses nothing.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from redis import Redis
 
@@ -83,10 +85,33 @@ class Frontier:
             args += [e.url, host_key(e.url), shard_of_url(e.url, shards), e.encode()]
         return [u.decode() for u in self._admit(args=args)]
 
-    def expect(self, job: str, tokens: Sequence[str]) -> None:
-        """Register link batches on their way to dedup, so the job is not done before them."""
-        if tokens:
-            self.redis.sadd(keys.prefix(job) + "pend", *tokens)
+    def expect(self, job: str, batches: Mapping[str, Any] | Sequence[str], lease_timeout: float = 60.0) -> None:
+        """Register link batches on their way to dedup, so the job is not done before them.
+        With their links (``{token: links}``), a batch whose message is lost (a worker killed
+        between taking it off the queue and recording it as unacknowledged) is sent again by
+        the dispatcher after ``lease_timeout`` (``overdue_links``)."""
+        if not batches:
+            return
+        p = keys.prefix(job)
+        deadline = time.time() + lease_timeout
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zadd(p + "pend", dict.fromkeys(batches, deadline))
+        if isinstance(batches, Mapping):
+            pipe.hset(p + "pendb", mapping={t: json.dumps(links) for t, links in batches.items()})
+        pipe.execute()
+
+    def overdue_links(self, job: str, lease_timeout: float, now: float | None = None,
+                      limit: int = 100) -> list[tuple[str, list[Any]]]:
+        """Link batches registered and still not admitted after their deadline: (token, links)
+        to send to dedup again (admission is once per token, so a late original is harmless)."""
+        now = time.time() if now is None else now
+        p = keys.prefix(job)
+        tokens = [t.decode() for t in self.redis.zrangebyscore(p + "pend", "-inf", now, start=0, num=limit)]
+        if not tokens:
+            return []
+        self.redis.zadd(p + "pend", dict.fromkeys(tokens, now + lease_timeout), xx=True)
+        raw = self.redis.hmget(p + "pendb", tokens)
+        return [(t, json.loads(r)) for t, r in zip(tokens, raw, strict=True) if r is not None]
 
     def dispatch(self, job: str, shard: int, *, max_urls: int, per_host: int, delay: float,
                  lease_timeout: float, concurrency: int, per_ip: int = 0, now: float | None = None) -> Dispatched:

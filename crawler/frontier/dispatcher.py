@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 SendFetch = Callable[[str, int, str, list[str]], None]  # (job, shard, token, entries)
 # (job, shard, token, entries): URLs out of attempts, to be stored as failed
 SendFailed = Callable[[str, int, str, list[str]], None]
+SendLinks = Callable[[str, int, str, list[Any]], None]  # (job, shard, link token, links)
 
 IDLE_WAIT = 1.0  # longest sleep while jobs run: bounds how late an expired lease is noticed
 IDLE_SLEEP = 10.0  # sleep with no job running; admissions wake it at once, this bounds a lost wake
@@ -37,12 +38,13 @@ REAP_EVERY = 1.0
 
 class Dispatcher:
     def __init__(self, client: redis.Redis, shards: Sequence[int], send_fetch: SendFetch,
-                 send_failed: SendFailed) -> None:
+                 send_failed: SendFailed, send_links: SendLinks | None = None) -> None:
         self.redis = client
         self.frontier = Frontier(client)
         self.shards = list(shards)
         self.send_fetch = send_fetch
         self.send_failed = send_failed
+        self.send_links = send_links
         self._stop = threading.Event()
         self._last_reap: dict[str, float] = {}
 
@@ -62,6 +64,7 @@ class Dispatcher:
             if now - self._last_reap.get(job_id, 0.0) >= REAP_EVERY:
                 self._last_reap[job_id] = now
                 self._reap(job_id, s.delay, s.max_attempts, now)
+                self._resend_links(job_id, s.lease_timeout, s.shards, now)
                 moved = rebalance_if_changed(self.redis, job_id, s.shards, now)
                 if moved and (moved.records or moved.messages):
                     log.warning("job %s: shard change settling: %d records, %d messages moved",
@@ -95,6 +98,15 @@ class Dispatcher:
             log.error("job %s: %d URLs expired %d times; storing them as failed", job_id, len(entries), max_attempts)
             self.send_failed(job_id, shard, reaped.token, entries)
 
+    def _resend_links(self, job_id: str, lease_timeout: float, shards: int, now: float) -> None:
+        if self.send_links is None:
+            return
+        for token, links in self.frontier.overdue_links(job_id, lease_timeout, now):
+            shard = int(token.rsplit(":", 1)[1])
+            shard = shard if shard < shards else 0  # the shard went away meanwhile: any may admit
+            log.warning("job %s: link batch %s not admitted in time; sending it again", job_id, token)
+            self.send_links(job_id, shard, token, links)
+
     def run(self) -> None:
         wake_keys = [keys.wake(s) for s in self.shards]
         while not self._stop.is_set():
@@ -126,7 +138,7 @@ class DispatcherStep(bootsteps.StartStopStep):
     def start(self, worker: Any) -> None:
         from crawler.app import redis_url
         from crawler.pipeline import failed_page
-        from crawler.tasks import fetch, send, store
+        from crawler.tasks import dedup, fetch, send, store
 
         names = list(worker.app.amqp.queues.consume_from)
         shards = sorted({s for s in (shard_of_queue(n) for n in names) if s is not None})
@@ -140,8 +152,11 @@ class DispatcherStep(bootsteps.StartStopStep):
         def send_failed(job_id: str, shard: int, token: str, entries: list[str]) -> None:
             send(store, shard, job_id, shard, token, [failed_page(e, "lease_expired") for e in entries])
 
+        def send_links(job_id: str, shard: int, token: str, links: list[Any]) -> None:
+            send(dedup, shard, job_id, token, links)
+
         client = redis.Redis.from_url(redis_url(), health_check_interval=30)
-        self.dispatcher = Dispatcher(client, shards, send_fetch, send_failed)
+        self.dispatcher = Dispatcher(client, shards, send_fetch, send_failed, send_links)
         self.thread = threading.Thread(target=self.dispatcher.run, name="crawler-dispatcher", daemon=True)
         self.thread.start()
         log.info("dispatcher started for shards %s", shards)

@@ -15,7 +15,8 @@ again. ``retry`` holds entries waiting out a backoff, scored by when they are du
 page budget dropped it, ``s`` if a periodic job's cycle skips it as not due for a revisit), so
 ``max_depth`` holds exactly even when a URL is first found by a longer path. ``cnt.open`` counts
 URLs admitted and not yet stored; ``pend`` holds the tokens of link batches on their way to
-dedup. A job is done when both are empty (a periodic job then waits for its next cycle).
+dedup, scored by when to send them again (``pendb`` keeps their links). A job is done when both
+are empty (a periodic job then waits for its next cycle).
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ end
 -- A job whose URLs are all stored is done; a periodic one waits for its next cycle.
 local function done_check(now)
   local open = tonumber(redis.call('HGET', P .. 'cnt', 'open') or '0')
-  if open <= 0 and redis.call('SCARD', P .. 'pend') == 0
+  if open <= 0 and redis.call('ZCARD', P .. 'pend') == 0
       and redis.call('HGET', P .. 'meta', 'status') == 'running' then
     local cycle = redis.call('HGET', P .. 'meta', 'cycle')
     local status = 'done'
@@ -117,8 +118,11 @@ end
 ADMIT = _HELPERS + """
 local token, now, budget, maxd = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local host_budget, trusted = tonumber(ARGV[7]), ARGV[8] == '1'
-if token ~= '' and redis.call('SREM', P .. 'pend', token) == 0 then
-  return {}  -- this link batch was admitted before: a redelivery
+if token ~= '' then
+  if redis.call('ZREM', P .. 'pend', token) == 0 then
+    return {}  -- this link batch was admitted before: a redelivery
+  end
+  redis.call('HDEL', P .. 'pendb', token)
 end
 local status = redis.call('HGET', P .. 'meta', 'status')
 if status ~= 'running' and status ~= 'paused' and status ~= 'starting' then

@@ -39,3 +39,26 @@ def test_lease_expiring_max_attempts_times_is_stored_as_failed(r: redis.Redis, t
     assert rows == [("http://never-fetched.example/", "lease_expired", None)]
     st = jobs.status(r, job_id)
     assert st["status"] == "done" and st["counters"]["lease_expired"] == 2
+
+
+def test_a_lost_link_batch_is_sent_again_and_admitted_once(r: redis.Redis, tmp_path: Path) -> None:
+    """kombu can lose a message taken off the queue by a worker killed before it recorded it as
+    unacknowledged; a link batch lost that way would hold its job open for ever."""
+    settings = Settings.from_env(store=f"sqlite:///{tmp_path}/c.db", shards=1)
+    job_id = jobs.submit(r, settings, ["http://seed.example/"])
+    links = [["http://seed.example/a", 1, "http://seed.example/"]]
+    ctx = pipeline.Context(r)
+    ctx.frontier.expect(job_id, {"t:0": links}, settings.lease_timeout)  # its dedup message never arrives
+    resent: list[tuple[str, int, str, list[object]]] = []
+    d = Dispatcher(r, [0], lambda *a: None, lambda *a: None, lambda *a: resent.append(a))
+    now = time.time()
+    d.tick(now)
+    assert resent == []  # not overdue yet
+    d._last_reap.clear()
+    d.tick(now + settings.lease_timeout + 1)
+    assert resent == [(job_id, 0, "t:0", links)]
+    job = jobs.load(r, job_id)
+    assert pipeline.dedup_stage(ctx, job, "t:0", links) == ["http://seed.example/a"]
+    assert pipeline.dedup_stage(ctx, job, "t:0", links) == []  # the late original: ignored
+    assert r.zcard(f"c:{{{job_id}}}:pend") == 0 and r.hlen(f"c:{{{job_id}}}:pendb") == 0
+    ctx.close()
