@@ -52,7 +52,8 @@ def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | Non
     if settings.periodic:
         from crawler.schedule import next_cycle
 
-        meta.update(cycle=1, cycle_started_at=now, next_cycle_at=next_cycle(settings.every, settings.cron, now, now))
+        meta.update(cycle=1, cycle_started_at=now, cycle_due_at=now,
+                    next_cycle_at=next_cycle(settings.every, settings.cron, now, now))
         pipe.hset(keys.cycle(job_id, 1), "started_at", now)
         pipe.sadd(keys.PERIODIC, job_id)
     pipe.hset(keys.meta(job_id), mapping=meta)
@@ -144,9 +145,9 @@ def resume(redis: Redis, job_id: str) -> str:
 
 
 def cycle_of(redis: Redis | Any, job_id: str) -> tuple[int, float]:
-    """The job's current cycle and when it started ((0, 0.0) for a one-off job)."""
-    number, started = redis.hmget(keys.meta(job_id), ["cycle", "cycle_started_at"])
-    return (int(number), float(started)) if number else (0, 0.0)
+    """The job's current cycle and when it was due ((0, 0.0) for a one-off job)."""
+    number, due, started = redis.hmget(keys.meta(job_id), ["cycle", "cycle_due_at", "cycle_started_at"])
+    return (int(number), float(due or started)) if number else (0, 0.0)
 
 
 def count_cycle(redis: Redis | Any, job_id: str, cycle: int, **deltas: int) -> None:

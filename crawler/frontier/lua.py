@@ -427,8 +427,10 @@ if status == 'starting' and tonumber(redis.call('HGET', m, 'cycle_started_at')) 
 end
 if status ~= 'waiting' or tonumber(redis.call('HGET', m, 'next_cycle_at') or '0') > now then return {} end
 cycle = cycle + 1
-redis.call('HSET', m, 'status', 'starting', 'cycle', cycle, 'cycle_started_at', now, 'next_cycle_at', nxt,
-           'start_stage', 'claimed')
+-- Pages schedule their next visit from when the cycle was due, not from when a tick noticed.
+local due = redis.call('HGET', m, 'next_cycle_at') or now
+redis.call('HSET', m, 'status', 'starting', 'cycle', cycle, 'cycle_started_at', now, 'cycle_due_at', due,
+           'next_cycle_at', nxt, 'start_stage', 'claimed')
 redis.call('HSET', P .. 'cyc:' .. cycle, 'started_at', now)
 return {cycle, 1}
 """
