@@ -65,29 +65,6 @@ def test_store_delivered_twice_leaves_one_row_and_one_record_set(r: redis.Redis,
     assert not r.exists(body_key)
 
 
-def test_refetch_under_a_new_fetch_id_updates_the_row(tmp_path: Path) -> None:
-    store = SQLiteStore(str(tmp_path / "c.db"))
-    a = PageRecord(url="http://e.com/", job_id="j", fetch_id="f1", title="old")
-    b = PageRecord(url="http://e.com/", job_id="j", fetch_id="f2", title="new")
-    assert store.put([a]) == [a]
-    assert store.put([a]) == []
-    assert store.put([b]) == [b]
-    (row,) = store.pages()
-    assert row["title"] == "new" and row["fetch_id"] == "f2"
-
-
-def test_failed_write_rolls_back_everything(tmp_path: Path) -> None:
-    store = SQLiteStore(str(tmp_path / "c.db"))
-
-    def boom(new: list[PageRecord]) -> None:
-        raise OSError("disk full")
-
-    with pytest.raises(OSError):
-        store.put([PageRecord(url="http://e.com/", job_id="j", fetch_id="f")], before_commit=boom)
-    assert list(store.pages()) == []
-    assert store.put([PageRecord(url="http://e.com/", job_id="j", fetch_id="f")])
-
-
 def test_warc_rotates_by_size(tmp_path: Path) -> None:
     from crawler.store.warc import WarcFiles
 
