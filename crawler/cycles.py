@@ -17,6 +17,7 @@ from redis import Redis
 
 from crawler import jobs
 from crawler.dedup import admit_links, bloom_for
+from crawler.dedup.neardup import NearDuplicates
 from crawler.frontier import Entry, Frontier, keys, lua
 from crawler.jobs import Job
 from crawler.schedule import next_cycle
@@ -76,10 +77,8 @@ def start_cycle(redis: Redis, job_id: str, open_store: OpenStore, now: float) ->
 
 def _forget_seen(redis: Redis, job: Job) -> None:
     """A fresh seen-set, near-duplicate index and per-cycle budgets for the new cycle."""
-    p = keys.prefix(job.id)
-    doomed = [keys.seen(job.id), p + "hostn"]
-    doomed += list(redis.scan_iter(p + "sh:*", count=1000))
-    redis.delete(*doomed)
+    redis.delete(keys.seen(job.id), keys.prefix(job.id) + "hostn")
+    NearDuplicates(redis).reset(job.id)
     bloom_for(redis, job.id, job.settings).reset()
     redis.hset(keys.counters(job.id), "admitted", 0)
 

@@ -89,6 +89,11 @@ def seeds(redis: Redis, job_id: str) -> list[str]:
     return list(json.loads(raw))
 
 
+def forget(job_id: str) -> None:
+    """Drop this process's cached copy of the job's settings (they were just changed)."""
+    _cache.pop(job_id, None)
+
+
 def status(redis: Redis, job_id: str) -> dict[str, Any]:
     """Meta fields and counters of a job; KeyError if there is no such job."""
     pipe = redis.pipeline(transaction=False)

@@ -22,8 +22,7 @@ from redis import Redis
 
 from crawler import jobs
 from crawler.frontier import keys
-from crawler.sharding import queue_name, shard_of_domain
-from crawler.urls import registered_domain
+from crawler.sharding import queue_name, shard_of_host
 
 GRACE = 20.0
 MAX_SHARDS = 1024
@@ -74,10 +73,6 @@ class Moved:
     messages: int  # task messages moved off queues of shards that no longer exist
 
 
-def shard_of_host(host: str, shards: int) -> int:
-    return shard_of_domain(registered_domain(host), shards)
-
-
 def set_shards(redis: Redis, job_id: str, shards: int) -> Moved:
     """Give a running job ``shards`` shards and move what must move."""
     if not 1 <= shards <= MAX_SHARDS:
@@ -86,15 +81,13 @@ def set_shards(redis: Redis, job_id: str, shards: int) -> Moved:
     if raw is None:
         raise KeyError(f"no such job: {job_id}")
     values = json.loads(raw)
-    old = int(values["shards"])
+    # The highest count the job ever had: queues and ready sets up to it may still hold work.
+    known = max(int(values["shards"]), shards, int(redis.hget(keys.meta(job_id), "shards_before") or 0))
     values["shards"] = shards
-    pipe = redis.pipeline()
-    pipe.hset(keys.meta(job_id), mapping={"settings": json.dumps(values), "shards_changed_at": time.time(),
-                                          "shards_before": max(old, int(redis.hget(keys.meta(job_id),
-                                                                                   "shards_before") or 0))})
-    pipe.execute()
-    jobs._cache.pop(job_id, None)
-    return migrate(redis, job_id, shards, max(old, shards))
+    redis.hset(keys.meta(job_id), mapping={"settings": json.dumps(values), "shards_changed_at": time.time(),
+                                           "shards_before": known})
+    jobs.forget(job_id)
+    return migrate(redis, job_id, shards, known)
 
 
 def migrate(redis: Redis, job_id: str, shards: int, known: int | None = None) -> Moved:
@@ -107,8 +100,7 @@ def migrate(redis: Redis, job_id: str, shards: int, known: int | None = None) ->
 
     def target(host: str) -> int:
         hosts.add(host)
-        t = shard_of_host(host, shards)
-        return t
+        return shard_of_host(host, shards)
 
     for s in range(known):
         for member in redis.zrange(keys.ready(job_id, s), 0, -1):

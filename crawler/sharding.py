@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import mmh3
 
-from crawler.urls import domain_of
+from crawler.urls import domain_of, registered_domain
 
 
 def _weight(domain: str, shard: int) -> int:
@@ -31,6 +31,11 @@ def shard_of_domain(domain: str, shards: int) -> int:
 
 def shard_of_url(url: str, shards: int) -> int:
     return shard_of_domain(domain_of(url), shards)
+
+
+def shard_of_host(host: str, shards: int) -> int:
+    """The shard of a politeness host key (``host[:port]``)."""
+    return shard_of_domain(registered_domain(host), shards)
 
 
 def queue_name(shard: int) -> str:

@@ -72,3 +72,9 @@ class NearDuplicates:
         for url, h in pages:
             args += [_signed32(h >> 32), _signed32(h & 0xFFFFFFFF), url, *bands(h, n)]
         return [r.decode() or None for r in self._script(args=args)]
+
+    def reset(self, job: str) -> int:
+        """Forget every page indexed for the job (a periodic job's new cycle). Returns keys deleted."""
+        p = keys.prefix(job)
+        doomed = [p + "shseq", *self.redis.scan_iter(p + "sh:*", count=1000)]
+        return int(self.redis.delete(*doomed))

@@ -159,7 +159,7 @@ def test_a_shard_change_moves_about_one_in_n_hosts(r: redis.Redis) -> None:
     back = set_shards(r, job_id, 3)
     assert back.hosts == moved.hosts
     # Every host now sits in the ready set of the shard that owns it, none twice.
-    from crawler.rebalance import shard_of_host
+    from crawler.sharding import shard_of_host
 
     placed = {}
     for s in range(4):
