@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,26 +35,33 @@ class Outcome:
     interrupted: bool = False
 
 
-def worker_command(shards: int, name: str, logfile: str | None = None, loglevel: str = "WARNING") -> list[str]:
+def worker_command(queues: Sequence[str], name: str, logfile: str | None = None,
+                   loglevel: str = "WARNING") -> list[str]:
     # solo pool: the worker process runs tasks itself, no parent/child hand-off per task;
     # parallelism comes from running several worker processes.
     cmd = [sys.executable, "-m", "celery", "-A", "crawler", "worker",
-           "-Q", ",".join(queue_name(i) for i in range(shards)), "--pool", "solo", "-n", name,
+           "-Q", ",".join(queues), "--pool", "solo", "-n", name,
            "--without-gossip", "--without-mingle", "--loglevel", loglevel]
     if logfile:
         cmd += ["--logfile", logfile]
     return cmd
 
 
+def all_queues(shards: int) -> list[str]:
+    return [queue_name(i) for i in range(shards)]
+
+
 class WorkerProcesses:
-    def __init__(self, count: int, shards: int, env: dict[str, str], log_dir: str) -> None:
+    """One Celery worker process per entry of ``queues`` (the queues it consumes)."""
+
+    def __init__(self, queues: Sequence[Sequence[str]], env: dict[str, str], log_dir: str) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.log_dir = log_dir
-        for i in range(count):
+        for i, consume in enumerate(queues):
             log = os.path.join(log_dir, f"worker-{i}.log")
             # A session of their own: Ctrl-C reaches us, and we stop them in order.
             self.procs.append(subprocess.Popen(
-                worker_command(shards, f"embedded{i}@%h", log), env=env,
+                worker_command(consume, f"embedded{i}@%h", log), env=env,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(log + ".stderr", "wb"),  # noqa: SIM115 (the child owns it)
                 start_new_session=True))
 
@@ -81,7 +88,7 @@ def crawl(settings: Settings, seeds: list[str], out_dir: str, progress: Progress
     out = Path(out_dir).resolve()
     (out / "logs").mkdir(parents=True, exist_ok=True)
     settings = settings.replace(store=settings.store or f"sqlite:///{out / 'crawl.db'}",
-                                warc_dir=settings.warc_dir or str(out / "warc"))
+                                warc_dir=settings.warc_dir or (str(out / "warc") if settings.warc else ""))
     server: RedisServer | None = None
     workers: WorkerProcesses | None = None
     started = time.monotonic()
@@ -95,7 +102,7 @@ def crawl(settings: Settings, seeds: list[str], out_dir: str, progress: Progress
         client.ping()
         job_id = jobs.submit(client, settings, seeds)
         env = {**os.environ, "CRAWLER_REDIS_URL": settings.redis_url, "CRAWLER_TASK_EVENTS": "0"}
-        workers = WorkerProcesses(settings.workers, settings.shards, env, str(out / "logs"))
+        workers = WorkerProcesses([all_queues(settings.shards)] * settings.workers, env, str(out / "logs"))
         while True:
             st = jobs.status(client, job_id)
             if progress:

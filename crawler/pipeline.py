@@ -134,7 +134,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     pages: list[Page] = []
     done: list[Fetched] = []
     nbytes = failed = not_modified = 0
-    for i, (e, r) in enumerate(zip(todo, results, strict=True)):
+    for e, r in zip(todo, results, strict=True):
         if is_retryable(r.error) and e.attempts + 1 < s.max_attempts:
             retry_after = parse_retry_after(r.header("retry-after")) if r.status in (429, 503) else None
             if r.error == errors.RobotsUnavailable.reason:
@@ -146,7 +146,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
         done.append(Fetched(e.url, token, 0.0, r.ip))
         body_key = ""
         if r.body:
-            body_key = keys.body(job.id, token, i)
+            body_key = keys.body(job.id, token, e.url)
             pipe.set(body_key, r.body, ex=BODY_TTL)
         nbytes += len(r.body)
         failed += r.error is not None
@@ -300,7 +300,7 @@ def store_stage(ctx: Context, job: Job, token: str, pages: list[Page]) -> int:
     records = [to_record(job.id, token, ctx.node, p) for p in pages]
     outcomes = {r.url: plan_visit(r, previous.get(r.url), p, s) for r, p in zip(records, pages, strict=True)}
     by_url = {p["url"]: p for p in pages}
-    warc_dir = s.warc_dir
+    warc_dir = s.warc_dir if s.warc else ""
     written: list[PageRecord] = []
 
     def archive(new: list[PageRecord]) -> None:

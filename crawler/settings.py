@@ -68,6 +68,7 @@ class Settings:
     warc_max_size: int = _s(1_000_000_000, "Bytes per WARC file before a new one is started")
     store: str = _s("", "Store URL, e.g. sqlite:///out/crawl.db (default for `crawl`: DIR/crawl.db)", job=True)
     warc_dir: str = _s("", "Directory for WARC files (default: next to an SQLite store, in warc/)", job=True)
+    warc: bool = _s(True, "Keep every response in WARC files (0: store rows only)", job=True)
     every: float = _s(0.0, "Run the job in cycles this many seconds apart (`--every 6h`); 0: once", job=True)
     cron: str = _s("", "Run the job in cycles on this cron schedule, UTC (`--cron '0 */6 * * *'`)", job=True)
     revisit_min: float = _s(3600.0, "A page is revisited at most this often, seconds (adaptive revisits)", job=True)

@@ -17,6 +17,10 @@ _extract = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None, include_ps
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _HOST_RE = re.compile(r"^[a-z0-9_]([a-z0-9_.-]{0,251}[a-z0-9_])?\.?$")
+# Click-tracking parameters: they name the campaign a link came from, never a different page, so
+# URLs differing only in them are one page (fetching each variant is a duplicate fetch).
+TRACKING_PARAMS = frozenset({"gclid", "dclid", "gbraid", "wbraid", "fbclid", "msclkid", "yclid", "igshid",
+                             "mc_cid", "mc_eid", "_ga", "_gl", "_hsenc", "_hsmi", "mkt_tok"})
 
 
 @lru_cache(maxsize=200_000)
@@ -56,9 +60,24 @@ def canonicalize(url: str, max_length: int = 2048) -> str:
         out = canonicalize_url(rebuilt, keep_fragments=False)
     except (ValueError, UnicodeError) as exc:
         raise BadURL(str(exc)) from exc
+    if "?" in out:
+        out = strip_tracking(out)
     if len(out) > max_length:
         raise BadURL(f"URL longer than {max_length} characters")
     return out
+
+
+def strip_tracking(url: str) -> str:
+    """Drop ``utm_*`` and other click-tracking parameters from a canonical URL's query (its
+    encoding and order untouched)."""
+    head, query = url.split("?", 1)
+    kept = [p for p in query.split("&") if not _is_tracking(p.split("=", 1)[0])]
+    return f"{head}?{'&'.join(kept)}" if kept else head
+
+
+def _is_tracking(name: str) -> bool:
+    name = name.lower()
+    return name.startswith("utm_") or name in TRACKING_PARAMS
 
 
 def host_key(url: str) -> str:

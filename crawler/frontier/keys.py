@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 JOBS = "c:jobs"  # ids of jobs that may have work to dispatch
 
 
@@ -29,8 +31,9 @@ def ready(job: str, shard: int) -> str:
     return prefix(job) + f"ready:{shard}"
 
 
-def body(job: str, token: str, index: int) -> str:
-    return prefix(job) + f"b:{token}:{index}"
+def body(job: str, token: str, url: str) -> str:
+    # Keyed by URL, not position: one dispatch token is shared by several fetch tasks.
+    return prefix(job) + f"b:{token}:{hashlib.blake2b(url.encode(), digest_size=8).hexdigest()}"
 
 
 def delivery(task_id: str) -> str:

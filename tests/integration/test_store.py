@@ -47,7 +47,7 @@ def test_store_delivered_twice_leaves_one_row_and_one_record_set(r: redis.Redis,
                 break
     url = d.items[0][0].url
     ctx.frontier.fetched(job_id, [Fetched(url, d.token)], lease_timeout=60, delay=0)
-    body_key = keys.body(job_id, d.token, 0)
+    body_key = keys.body(job_id, d.token, url)
     r.set(body_key, b"<html>hello</html>")
     pages = [_page(url, body_key)]
 
@@ -109,3 +109,25 @@ def test_an_older_database_gets_the_new_columns(tmp_path: Path) -> None:
     rows = {r["url"]: r for r in store.pages()}
     assert rows["http://e.com/"]["title"] == "kept"
     assert rows["http://e.com/b"]["simhash"] == "00ff" and rows["http://e.com/b"]["near_duplicate_of"] == "x"
+
+
+def test_fetch_tasks_sharing_a_dispatch_token_keep_their_own_bodies(r: redis.Redis, make_web) -> None:  # type: ignore[no-untyped-def]
+    """The dispatcher splits one dispatch into several fetch tasks under one token: each page
+    must reach parse with its own body (body keys once went by position and pages swapped)."""
+    web = make_web(1, 8)
+    settings = Settings.from_env(obey_robots=False, shards=1, near_duplicates=False)
+    job_id = jobs.submit(r, settings, web.seeds())
+    ctx = pipeline.Context(r)
+    job = jobs.load(r, job_id)
+    paths = [web.model.page_path(i) for i in range(1, 4)]
+    ctx.frontier.admit(job_id, [Entry(web.url(0, p), 1, web.seeds()[0]) for p in paths], 1)
+    d = ctx.frontier.dispatch(job_id, 0, max_urls=8, per_host=8, delay=0, lease_timeout=60, concurrency=8)
+    entries = [e.encode() for e, _host in d.items]
+    assert len(entries) == 4  # the seed and the three pages
+    pages = []
+    for half in (entries[:2], entries[2:]):  # two fetch tasks, one token, positions 0 and 1 each
+        pages += pipeline.parse_stage(ctx, job, d.token, pipeline.fetch_stage(ctx, job, d.token, half))[0]
+    ctx.close()
+    assert len({p["body_key"] for p in pages}) == 4
+    assert {p["url"]: p["title"] for p in pages} == {
+        web.url(0, p): f"Site 0 {p}" for p in ["/", *paths]}

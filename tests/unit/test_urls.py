@@ -13,6 +13,10 @@ from crawler.urls import canonicalize, domain_of, in_scope, registered_domain
     ("http://Bücher.de/x", "http://xn--bcher-kva.de/x"),
     ("http://[::1]:80/", "http://[::1]/"),
     ("http://127.0.1.1:8080/p/1.html?y=2&x=1", "http://127.0.1.1:8080/p/1.html?x=1&y=2"),
+    # Click-tracking parameters name no other page; other parameters keep their order and encoding.
+    ("http://a.com/p?utm_medium=e&utm_source=n", "http://a.com/p"),
+    ("http://a.com/p?b=2&UTM_Source=x&fbclid=3&a=%C3%A9", "http://a.com/p?a=%C3%A9&b=2"),
+    ("http://a.com/p?q=utm_source&gclidx=1", "http://a.com/p?gclidx=1&q=utm_source"),
 ])
 def test_canonical_forms(raw: str, canon: str) -> None:
     assert canonicalize(raw) == canon
