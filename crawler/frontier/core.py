@@ -30,6 +30,15 @@ class Dispatched:
     items: list[tuple[Entry, str]]  # (entry, host)
     next_due: float | None  # when the shard's earliest waiting host is due, if any
     saturated: bool = False  # the job's concurrency is spent: more is due than could go
+    batch: int = 0  # URLs per fetch task; each batch is leased under a token of its own
+
+    def batches(self) -> list[tuple[str, list[Entry]]]:
+        """(lease token, entries) per fetch task. Distinct tokens keep the tasks' body keys and
+        link batches apart: a link batch is admitted once per token."""
+        if not self.batch:
+            return [(self.token, [e for e, _ in self.items])] if self.items else []
+        return [(f"{self.token}.{k // self.batch}", [e for e, _ in self.items[k : k + self.batch]])
+                for k in range(0, len(self.items), self.batch)]
 
 
 @dataclass(frozen=True)
@@ -114,15 +123,18 @@ class Frontier:
         return [(t, json.loads(r)) for t, r in zip(tokens, raw, strict=True) if r is not None]
 
     def dispatch(self, job: str, shard: int, *, max_urls: int, per_host: int, delay: float,
-                 lease_timeout: float, concurrency: int, per_ip: int = 0, now: float | None = None) -> Dispatched:
-        """Lease the URLs of due hosts within the host, address and job budgets."""
+                 lease_timeout: float, concurrency: int, per_ip: int = 0, now: float | None = None,
+                 batch: int = 0) -> Dispatched:
+        """Lease the URLs of due hosts within the host, address and job budgets; ``batch``: URLs
+        per fetch task (see ``Dispatched.batches``)."""
         now = time.time() if now is None else now
         token = new_token()
         flat, nxt, slots = self._dispatch(args=[keys.prefix(job), job, shard, now, max_urls, per_host, delay,
-                                                now + lease_timeout, token, concurrency, per_ip])
+                                                now + lease_timeout, token, concurrency, per_ip, batch])
         items = [(Entry.decode(flat[i]), flat[i + 1].decode()) for i in range(0, len(flat), 2)]
         due = float(nxt) if nxt else None
-        return Dispatched(token, items, due if due is not None and due < lua.PARKED else None, int(slots) == 0)
+        return Dispatched(token, items, due if due is not None and due < lua.PARKED else None, int(slots) == 0,
+                          batch)
 
     def begin(self, job: str, leases: Sequence[Lease], lease_timeout: float) -> list[bool]:
         """Which of these leases the caller still holds (a redelivered batch whose leases expired

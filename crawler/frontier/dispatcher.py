@@ -77,10 +77,10 @@ class Dispatcher:
                     continue
                 d = self.frontier.dispatch(job_id, shard, max_urls=s.concurrency, per_host=s.per_host,
                                            delay=s.delay, lease_timeout=s.lease_timeout,
-                                           concurrency=s.concurrency, per_ip=s.per_ip, now=now)
-                entries = [e.encode() for e, _host in d.items]
-                for i in range(0, len(entries), s.fetch_batch):
-                    self.send_fetch(job_id, shard, d.token, entries[i : i + s.fetch_batch])
+                                           concurrency=s.concurrency, per_ip=s.per_ip, now=now,
+                                           batch=s.fetch_batch)
+                for token, entries in d.batches():
+                    self.send_fetch(job_id, shard, token, [e.encode() for e in entries])
                 if d.saturated:
                     wake_at = min(wake_at, now + BUSY_WAIT)
                 elif d.next_due is not None:

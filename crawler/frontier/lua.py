@@ -181,14 +181,17 @@ return new
 """
 
 # ARGV: prefix, job, shard, now, max_urls, per_host, delay, lease_deadline, token, concurrency,
-# per_ip. Returns {entries and hosts interleaved, next due time or '', free slots (-1: not running)}.
+# per_ip, batch. With batch > 0 the k-th URL leased is leased under ``token.(k // batch)``: each
+# fetch task gets a token of its own. Returns {entries and hosts interleaved, next due time or '',
+# free slots (-1: not running)}.
 DISPATCH = _HELPERS + """
 local shard, now = ARGV[3], tonumber(ARGV[4])
 local max_urls, per_host, delay = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local deadline, token, concurrency = ARGV[8], ARGV[9], tonumber(ARGV[10])
-local per_ip = tonumber(ARGV[11])
+local per_ip, batch = tonumber(ARGV[11]), tonumber(ARGV[12] or '0')
 if per_ip <= 0 then per_ip = per_host end
 local rkey = P .. 'ready:' .. shard
+local leased = 0
 local out = {}
 local slots = -1
 if redis.call('HGET', P .. 'meta', 'status') == 'running' then
@@ -214,7 +217,10 @@ if redis.call('HGET', P .. 'meta', 'status') == 'running' then
         local url = string.match(e, '^%S+ %S+ (%S+)')
         local best = tonumber(redis.call('HGET', P .. 'seen', url))
         if best and best < entry_depth(e) then e = with_depth(e, best) end
-        redis.call('HSET', P .. 'lease', url, token .. ' f ' .. shard .. ' ' .. host .. ' ' .. ipk .. ' ' .. e)
+        local t = token
+        if batch > 0 then t = token .. '.' .. math.floor(leased / batch) end
+        leased = leased + 1
+        redis.call('HSET', P .. 'lease', url, t .. ' f ' .. shard .. ' ' .. host .. ' ' .. ipk .. ' ' .. e)
         redis.call('ZADD', P .. 'lexp', deadline, url)
         out[#out + 1] = e
         out[#out + 1] = host

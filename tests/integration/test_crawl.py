@@ -113,10 +113,18 @@ def test_one_worker_serving_all_shards_gets_the_same_set(make_web: Callable[...,
                                                          r: redis.Redis, tmp_path: Path) -> None:
     web = make_web(6, 40, base_ip="127.0.4.")  # these six addresses cover all four shards
     workers.start("all", ",".join(f"shard-{i}" for i in range(4)))
-    job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{tmp_path}/c.db"), web.seeds())
+    # Dispatches larger than a fetch batch: several fetch tasks per dispatch, each with its own
+    # token (sharing one, they once swapped bodies and lost each other's link batches).
+    settings = Settings.from_env(store=f"sqlite:///{tmp_path}/c.db", per_host=4, fetch_batch=3, concurrency=24)
+    job_id = jobs.submit(r, settings, web.seeds())
     st = wait_done(r, job_id)
     stored = rows(tmp_path / "c.db")
     assert {r["url"] for r in stored} == web.reachable_urls() and len(stored) == len(web.reachable_urls())
+    site_of = {ip: i for i, ip in enumerate(web.ips)}
+    for row in stored:
+        if row["status"] == 200:
+            host, path = row["url"].split("//", 1)[1].split("/", 1)
+            assert row["title"] == f"Site {site_of[host.split(':')[0]]} /{path}", row["url"]
     # Every shard had domains, and every shard's queue was drained by the one worker.
     assert {shard_of_url(s, 4) for s in web.seeds()} == {0, 1, 2, 3}
     assert st["counters"]["open"] == 0

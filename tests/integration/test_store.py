@@ -111,23 +111,31 @@ def test_an_older_database_gets_the_new_columns(tmp_path: Path) -> None:
     assert rows["http://e.com/b"]["simhash"] == "00ff" and rows["http://e.com/b"]["near_duplicate_of"] == "x"
 
 
-def test_fetch_tasks_sharing_a_dispatch_token_keep_their_own_bodies(r: redis.Redis, make_web) -> None:  # type: ignore[no-untyped-def]
-    """The dispatcher splits one dispatch into several fetch tasks under one token: each page
-    must reach parse with its own body (body keys once went by position and pages swapped)."""
+def test_fetch_tasks_of_one_dispatch_keep_their_own_bodies_and_links(r: redis.Redis, make_web) -> None:  # type: ignore[no-untyped-def]
+    """The dispatcher splits one dispatch into several fetch tasks: each page must reach parse
+    with its own body and every task's links must be admitted (the tasks once shared one token:
+    body keys went by position, so pages swapped bodies, and a link batch is admitted once per
+    token, so the second task's links were dropped as a redelivery of the first's)."""
     web = make_web(1, 8)
     settings = Settings.from_env(obey_robots=False, shards=1, near_duplicates=False)
     job_id = jobs.submit(r, settings, web.seeds())
     ctx = pipeline.Context(r)
     job = jobs.load(r, job_id)
     paths = [web.model.page_path(i) for i in range(1, 4)]
-    ctx.frontier.admit(job_id, [Entry(web.url(0, p), 1, web.seeds()[0]) for p in paths], 1)
-    d = ctx.frontier.dispatch(job_id, 0, max_urls=8, per_host=8, delay=0, lease_timeout=60, concurrency=8)
-    entries = [e.encode() for e, _host in d.items]
-    assert len(entries) == 4  # the seed and the three pages
-    pages = []
-    for half in (entries[:2], entries[2:]):  # two fetch tasks, one token, positions 0 and 1 each
-        pages += pipeline.parse_stage(ctx, job, d.token, pipeline.fetch_stage(ctx, job, d.token, half))[0]
+    pipeline.dedup_stage(ctx, job, "", [[web.url(0, p), 1, web.seeds()[0]] for p in paths])
+    d = ctx.frontier.dispatch(job_id, 0, max_urls=8, per_host=8, delay=0, lease_timeout=60, concurrency=8,
+                              batch=2)
+    tasks = d.batches()
+    assert [len(entries) for _, entries in tasks] == [2, 2] and len({t for t, _ in tasks}) == 2
+    pages, admitted = [], set()
+    for token, entries in tasks:
+        parsed, links = pipeline.parse_stage(ctx, job, token, pipeline.fetch_stage(ctx, job, token,
+                                                                                   [e.encode() for e in entries]))
+        pages += parsed
+        for shard, batch in links.items():
+            admitted |= set(pipeline.dedup_stage(ctx, job, pipeline.link_token(token, shard), batch))
     ctx.close()
     assert len({p["body_key"] for p in pages}) == 4
-    assert {p["url"]: p["title"] for p in pages} == {
-        web.url(0, p): f"Site 0 {p}" for p in ["/", *paths]}
+    assert {p["url"]: p["title"] for p in pages} == {web.url(0, p): f"Site 0 {p}" for p in ["/", *paths]}
+    linked = {link for p in pages for link in p["outlinks"]}
+    assert admitted == linked - {web.url(0, p) for p in ["/", *paths]}
