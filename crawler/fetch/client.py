@@ -13,6 +13,7 @@ import hashlib
 import os
 import ssl
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -211,28 +212,70 @@ async def _read_capped(response: httpx.Response, limit: int) -> tuple[bytes, boo
     return b"".join(chunks), False
 
 
-class GuardedTransport(httpx.AsyncHTTPTransport):
-    """httpx's transport with a connection pool whose every connection goes through the
-    network guard."""
+class OriginPools:
+    """One small httpcore pool per origin instead of one pool for every host. httpcore scans all
+    of a pool's connections (a readability syscall each) whenever a request starts or ends, so a
+    single pool holding hundreds of connections to many hosts spent more CPU choosing a
+    connection than reading the response (measured: 43% of a worker's samples at 20 hosts x 16).
+    Pools of origins no request has used for a while are closed once there are more than
+    ``max_pools``."""
 
-    def __init__(self, backend: httpcore.AsyncNetworkBackend, limits: httpx.Limits) -> None:
-        super().__init__(limits=limits, trust_env=False)
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(trust_env=False),
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            http1=True, http2=False, network_backend=backend,
-        )
+    def __init__(self, backend: httpcore.AsyncNetworkBackend, per_origin: int, keepalive_expiry: float,
+                 max_pools: int = 1024) -> None:
+        self.backend = backend
+        self.per_origin = per_origin
+        self.keepalive_expiry = keepalive_expiry
+        self.max_pools = max_pools
+        self.ssl_context = httpx.create_ssl_context(trust_env=False)
+        self.pools: OrderedDict[tuple[bytes, bytes, int | None], httpcore.AsyncConnectionPool] = OrderedDict()
+
+    def _pool(self, url: httpcore.URL) -> httpcore.AsyncConnectionPool:
+        key = (url.scheme, url.host, url.port)
+        pool = self.pools.get(key)
+        if pool is None:
+            pool = self.pools[key] = httpcore.AsyncConnectionPool(
+                ssl_context=self.ssl_context, max_connections=self.per_origin,
+                max_keepalive_connections=self.per_origin, keepalive_expiry=self.keepalive_expiry,
+                http1=True, http2=False, network_backend=self.backend)
+        else:
+            self.pools.move_to_end(key)
+        return pool
+
+    async def _evict(self) -> None:
+        for key in list(self.pools)[: max(0, len(self.pools) - self.max_pools)]:
+            pool = self.pools[key]
+            if all(c.is_idle() for c in pool.connections):
+                del self.pools[key]
+                await pool.aclose()
+
+    async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response:
+        pool = self._pool(request.url)
+        if len(self.pools) > self.max_pools:
+            await self._evict()
+        return await pool.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        pools, self.pools = list(self.pools.values()), OrderedDict()
+        for pool in pools:
+            await pool.aclose()
+
+
+class GuardedTransport(httpx.AsyncHTTPTransport):
+    """httpx's transport with per-origin connection pools whose every connection goes through
+    the network guard."""
+
+    def __init__(self, backend: httpcore.AsyncNetworkBackend, per_origin: int = 32,
+                 keepalive_expiry: float = 30.0) -> None:
+        super().__init__(trust_env=False)
+        self._pool = OriginPools(backend, per_origin, keepalive_expiry)  # type: ignore[assignment]
 
 
 def new_client(config: FetchConfig) -> httpx.AsyncClient:
     guard = NetworkGuard(parse_networks(config.allow_networks))
     resolver = Resolver(ttl=config.dns_ttl, overrides=dict(config.resolve))
-    limits = httpx.Limits(max_connections=512, max_keepalive_connections=128, keepalive_expiry=30)
     # trust_env=False: proxy variables from the environment must never redirect crawl traffic.
     return httpx.AsyncClient(follow_redirects=False, trust_env=False,
-                             transport=GuardedTransport(GuardedBackend(guard, resolver), limits))
+                             transport=GuardedTransport(GuardedBackend(guard, resolver)))
 
 
 class Runtime:
