@@ -168,7 +168,8 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     delays = ctx.politeness.delay_updates(job, results, policies)
     if delays:
         pipe.hset(keys.prefix(job.id) + "delay", mapping=delays)  # type: ignore[arg-type]
-    jobs.count(pipe, job.id, fetched=len(pages), failed=failed, bytes=nbytes, not_modified=not_modified)
+    jobs.count(pipe, job.id, fetched=len(pages), failed=failed, bytes=nbytes, not_modified=not_modified,
+               fetch_tasks=1)
     jobs.count_cycle(pipe, job.id, cycle, fetched=len(pages), bytes=nbytes, not_modified=not_modified)
     pipe.hincrby(keys.NODE_FETCHED, ctx.node, len(pages))
     ctx.frontier.fetched(job.id, done, lease_timeout=s.lease_timeout, delay=s.delay, pipe=pipe)

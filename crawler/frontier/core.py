@@ -124,13 +124,14 @@ class Frontier:
 
     def dispatch(self, job: str, shard: int, *, max_urls: int, per_host: int, delay: float,
                  lease_timeout: float, concurrency: int, per_ip: int = 0, now: float | None = None,
-                 batch: int = 0) -> Dispatched:
+                 batch: int = 0, min_free: int = 0) -> Dispatched:
         """Lease the URLs of due hosts within the host, address and job budgets; ``batch``: URLs
-        per fetch task (see ``Dispatched.batches``)."""
+        per fetch task (see ``Dispatched.batches``); ``min_free``: while requests are in flight,
+        lease nothing until this many slots are free."""
         now = time.time() if now is None else now
         token = new_token()
         flat, nxt, slots = self._dispatch(args=[keys.prefix(job), job, shard, now, max_urls, per_host, delay,
-                                                now + lease_timeout, token, concurrency, per_ip, batch])
+                                                now + lease_timeout, token, concurrency, per_ip, batch, min_free])
         items = [(Entry.decode(flat[i]), flat[i + 1].decode()) for i in range(0, len(flat), 2)]
         due = float(nxt) if nxt else None
         return Dispatched(token, items, due if due is not None and due < lua.PARKED else None, int(slots) == 0,

@@ -36,6 +36,12 @@ LINGER = 0.005  # after a wake, let more completions arrive so batches fill
 REAP_EVERY = 1.0
 
 
+def min_free(concurrency: int, fetch_batch: int) -> int:
+    """Free slots worth a fetch task while others are in flight: a full batch, or half the
+    job's concurrency when that is smaller (so two tasks can overlap)."""
+    return max(1, min(fetch_batch, concurrency // 2))
+
+
 class Dispatcher:
     def __init__(self, client: redis.Redis, shards: Sequence[int], send_fetch: SendFetch,
                  send_failed: SendFailed, send_links: SendLinks | None = None) -> None:
@@ -78,7 +84,7 @@ class Dispatcher:
                 d = self.frontier.dispatch(job_id, shard, max_urls=s.concurrency, per_host=s.per_host,
                                            delay=s.delay, lease_timeout=s.lease_timeout,
                                            concurrency=s.concurrency, per_ip=s.per_ip, now=now,
-                                           batch=s.fetch_batch)
+                                           batch=s.fetch_batch, min_free=min_free(s.concurrency, s.fetch_batch))
                 for token, entries in d.batches():
                     self.send_fetch(job_id, shard, token, [e.encode() for e in entries])
                 if d.saturated:

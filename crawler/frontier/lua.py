@@ -181,14 +181,17 @@ return new
 """
 
 # ARGV: prefix, job, shard, now, max_urls, per_host, delay, lease_deadline, token, concurrency,
-# per_ip, batch. With batch > 0 the k-th URL leased is leased under ``token.(k // batch)``: each
-# fetch task gets a token of its own. Returns {entries and hosts interleaved, next due time or '',
-# free slots (-1: not running)}.
+# per_ip, batch, min_free. With batch > 0 the k-th URL leased is leased under
+# ``token.(k // batch)``: each fetch task gets a token of its own. While requests are in flight,
+# nothing goes until at least min_free slots are free: a finished task frees its slots at once,
+# and re-dispatching them one small task at a time would keep every later task as small (each
+# task costs the same Celery overhead whatever its size). Returns {entries and hosts
+# interleaved, next due time or '', free slots (-1: not running; 0: wait for more to finish)}.
 DISPATCH = _HELPERS + """
 local shard, now = ARGV[3], tonumber(ARGV[4])
 local max_urls, per_host, delay = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local deadline, token, concurrency = ARGV[8], ARGV[9], tonumber(ARGV[10])
-local per_ip, batch = tonumber(ARGV[11]), tonumber(ARGV[12] or '0')
+local per_ip, batch, min_free = tonumber(ARGV[11]), tonumber(ARGV[12] or '0'), tonumber(ARGV[13] or '0')
 if per_ip <= 0 then per_ip = per_host end
 local rkey = P .. 'ready:' .. shard
 local leased = 0
@@ -196,7 +199,9 @@ local out = {}
 local slots = -1
 if redis.call('HGET', P .. 'meta', 'status') == 'running' then
   local cnt = P .. 'cnt'
-  slots = math.min(max_urls, concurrency - tonumber(redis.call('HGET', cnt, 'inflight') or '0'))
+  local inflight = tonumber(redis.call('HGET', cnt, 'inflight') or '0')
+  slots = math.min(max_urls, concurrency - inflight)
+  if inflight > 0 and slots < min_free then slots = 0 end
   local total = 0
   if slots > 0 then
     local hosts = redis.call('ZRANGEBYSCORE', rkey, '-inf', now, 'LIMIT', 0, slots)
