@@ -130,6 +130,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     results = [fetched.get(e.url) or blocked_result(e.url, blocked[e.url]) for e in todo]
 
     now = time.time()
+    archive = bool(s.warc and s.warc_dir)
     pipe = ctx.redis.pipeline(transaction=False)
     pages: list[Page] = []
     done: list[Fetched] = []
@@ -154,8 +155,9 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
             pipe.hincrby(keys.counters(job.id), f"error:{r.error}", 1)
         pages.append({
             "url": e.url, "depth": e.depth, "referrer": e.referrer, "final_url": r.final_url,
-            "status": r.status, "http_version": r.http_version, "headers": r.headers,
-            "request_headers": r.request_headers, "error": r.error, "fetched_at": r.fetched_at,
+            # Headers travel on only for the WARC records: they are most of a message's bytes.
+            "status": r.status, "http_version": r.http_version, "headers": r.headers if archive else [],
+            "request_headers": r.request_headers if archive else [], "error": r.error, "fetched_at": r.fetched_at,
             "elapsed": round(r.elapsed, 4), "redirects": r.redirects, "body_key": body_key,
             "content_length": len(r.body), "content_sha1": r.sha1, "content_type": r.content_type,
             "fetched_by": ctx.node, "attempts": e.attempts + 1,
@@ -275,7 +277,9 @@ def dedup_stage(ctx: Context, job: Job, token: str, links: Sequence[Link]) -> li
         except BadURL:
             bad += 1
             continue
-        if s.max_repeated_segments and repeated_segments(canon) > s.max_repeated_segments:
+        # A URL with no more path segments than the limit cannot repeat one past it.
+        if (s.max_repeated_segments and canon.count("/") - 2 > s.max_repeated_segments
+                and repeated_segments(canon) > s.max_repeated_segments):
             traps += 1
             continue
         prev = best.get(canon)

@@ -77,7 +77,9 @@ class CrawlTask(Task):
 
 
 def send(task: Task, shard: int, *args: Any) -> None:
-    task.apply_async(args=args, queue=queue_name(shard), routing_key=queue_name(shard))
+    # argsrepr: Celery would otherwise saferepr() every page of the message for its logs.
+    task.apply_async(args=args, queue=queue_name(shard), routing_key=queue_name(shard),
+                     argsrepr=f"({args[0]!r}, {len(args[-1])} items)")
 
 
 @app.task(name="crawler.fetch", base=CrawlTask, bind=True)

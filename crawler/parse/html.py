@@ -152,10 +152,13 @@ def _join(base: str, href: str) -> str | None:
     href = href.strip()
     if not href or href.startswith("#"):
         return None
-    try:
-        url = urljoin(base, href)
-    except ValueError:
-        return None
+    if href.startswith(("http://", "https://")) and "[" not in href:
+        url = href  # absolute already: urljoin would only take it apart and put it back
+    else:
+        try:
+            url = urljoin(base, href)
+        except ValueError:
+            return None
     url = url.split("#", 1)[0]
     head = url[:8].lower()
     if not (head.startswith("http://") or head.startswith("https://")):
