@@ -195,3 +195,26 @@ def test_submit_rejects_bad_seed_before_writing(r: redis.Redis) -> None:
     with pytest.raises(BadURL, match=r"seed 'ftp://x\.com/'"):
         jobs.submit(r, Settings.from_env({}), ["http://ok.com/", "ftp://x.com/"])
     assert r.dbsize() == 0
+
+
+def test_dispatch_waits_for_a_batch_of_free_slots_while_requests_are_in_flight(r: redis.Redis) -> None:
+    f = _start(r)
+    f.admit(JOB, _urls("a.example", 20), 1)
+    first = _dispatch(f, time.time(), per_host=20, concurrency=10, min_free=4)
+    assert len(first) == 10
+    f.fetched(JOB, [Fetched(u, _token_of(r, u)) for u in first[:3]], lease_timeout=60, delay=0)
+    assert _dispatch(f, time.time(), per_host=20, concurrency=10, min_free=4) == []  # 3 free: not worth a task
+    f.fetched(JOB, [Fetched(first[3], _token_of(r, first[3]))], lease_timeout=60, delay=0)
+    assert len(_dispatch(f, time.time(), per_host=20, concurrency=10, min_free=4)) == 4
+
+
+def test_batches_are_leased_under_tokens_of_their_own(r: redis.Redis) -> None:
+    f = _start(r)
+    f.admit(JOB, _urls("a.example", 5), 1)
+    d = f.dispatch(JOB, 0, max_urls=10, per_host=10, delay=0.0, lease_timeout=60.0, concurrency=10,
+                   now=time.time(), batch=2)
+    tasks = d.batches()
+    assert [len(e) for _, e in tasks] == [2, 2, 1]
+    for token, entries in tasks:
+        assert f.begin(JOB, [(entries[0].url, d.token)], 60) == [False]
+        assert f.begin(JOB, [(e.url, token) for e in entries], 60) == [True] * len(entries)
