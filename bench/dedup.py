@@ -20,6 +20,7 @@ import redis
 from crawler.dedup.bloom import BloomSeen
 from crawler.dedup.cache import SeenCache
 from crawler.redis_server import RedisServer
+from crawler.redisconn import connect
 from crawler.testweb import WebModel
 
 BATCH = 1000
@@ -149,7 +150,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     with RedisServer() as server:
-        r = redis.Redis(port=server.port)
+        r = connect(server.url)
         result = {
             "throughput_urls_per_s": bench_throughput(r, args.urls, args.runs),
             "bitfield_ceiling": bench_bitfield_ceiling(r, k=BloomSeen(r, "k").layers()[0].k),

@@ -21,6 +21,7 @@ import redis
 
 from crawler.embedded import crawl
 from crawler.redis_server import RedisServer
+from crawler.redisconn import connect
 from crawler.settings import Settings
 from crawler.store import open_store
 from crawler.testweb import TestWeb, WebModel
@@ -34,7 +35,7 @@ def _redis_totals(client: redis.Redis) -> dict[str, float]:
 
 
 def one_run(server: RedisServer, web: TestWeb, workers: int) -> dict[str, Any]:
-    client = redis.Redis(port=server.port)
+    client = connect(server.url)
     client.flushall()
     client.config_resetstat()
     before = _redis_totals(client)

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from celery import Celery
+import sys
+from typing import Any
 
-from crawler.settings import Settings
+from celery import Celery
+from celery.signals import celeryd_after_setup
+
+from crawler.redisconn import CONNECT_TIMEOUT, HEALTH_CHECK_INTERVAL, SOCKET_TIMEOUT
+from crawler.settings import SettingError, Settings
+from crawler.sharding import SHARED_QUEUE, shard_of_queue
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -29,6 +35,11 @@ def make_app(settings: Settings | None = None) -> Celery:
         worker_prefetch_multiplier=1,
         broker_transport_options={
             "visibility_timeout": settings.visibility_timeout,
+            # kombu's BRPOP waits 1 s at most, well inside these (crawler.redisconn's values).
+            "socket_timeout": SOCKET_TIMEOUT,
+            "socket_connect_timeout": CONNECT_TIMEOUT,
+            "socket_keepalive": True,
+            "health_check_interval": HEALTH_CHECK_INTERVAL,
             # kombu sweeps for messages of dead workers only every interval x throttle seconds
             # (100 s by default) and a sweeper killed mid-sweep blocks the rest for the mutex's
             # 300 s: scale both to the visibility timeout so lost messages return promptly.
@@ -54,7 +65,28 @@ def make_app(settings: Settings | None = None) -> Celery:
     from crawler.nodes import install_signal_handlers
 
     install_signal_handlers()
+    from crawler.lifeline import install_worker_hooks
+
+    install_worker_hooks()
+    celeryd_after_setup.connect(_consume_shared, weak=False)
     return app
 
 
-app = make_app()
+def _consume_shared(sender: object = None, instance: Any = None, **_: Any) -> None:
+    """A worker of any ``shard-N`` queue also takes parse and store work from the shared queue."""
+    queues = instance.app.amqp.queues
+    if any(shard_of_queue(name) is not None for name in queues.consume_from):
+        queues.select_add(SHARED_QUEUE)
+
+
+def _environment() -> Settings:
+    try:
+        return Settings.from_env()
+    except SettingError as exc:
+        # Read on import, by the ``crawler`` command and by ``celery -A crawler``: a wrong
+        # variable ends either with one line naming it, not a traceback or a silent default.
+        print(f"crawler: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+app = make_app(_environment())

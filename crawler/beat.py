@@ -20,6 +20,7 @@ from celery.beat import PersistentScheduler
 from redis import Redis, RedisError
 
 from crawler.frontier import keys
+from crawler.redisconn import connect
 from crawler.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ class LockedScheduler(PersistentScheduler):
         from crawler.app import redis_url
 
         settings = Settings.from_env()
-        self.lock = BeatLock(Redis.from_url(redis_url(settings)), settings.beat_lock_ttl)
+        self.lock = BeatLock(connect(redis_url(settings)), settings.beat_lock_ttl)
         super().__init__(*args, **kwargs)
 
     def setup_schedule(self) -> None:

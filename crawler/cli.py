@@ -1,4 +1,4 @@
-"""The ``crawler`` command: crawl (embedded), submit, status, pause, resume, stop, cycles, export."""
+"""The ``crawler`` command: crawl (embedded), submit, status, pause, resume, stop, recover, cycles, export."""
 
 from __future__ import annotations
 
@@ -6,29 +6,47 @@ import argparse
 import csv
 import json
 import logging
+import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import redis
 
 from crawler import jobs
 from crawler.errors import BadURL
-from crawler.settings import Settings
+from crawler.redact import has_password, redact
+from crawler.settings import Settings, parse_text
+from crawler.stopsignals import exit_status
 from crawler.store import StoreURLError, open_store
 
 log = logging.getLogger("crawler")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes end in one line, like every other error of the command, not a usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {_one_line(message)} (see {self.prog} --help)\n")
+
+
+def _one_line(message: str, limit: int = 300) -> str:
+    # Messages may quote what the user gave: keep them one readable line whatever it held.
+    message = message.replace("\r", "\\r").replace("\n", "\\n")
+    return message if len(message) <= limit else message[: limit - 3] + "..."
+
+
+# Numeric flags stay text until ``_settings`` reads them as the environment's values are read,
+# so both give the same one-line error (``setting delay: ..., got 'nan'``).
 def _job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("seeds", nargs="+", metavar="SEED", help="start URLs")
-    p.add_argument("--max-pages", type=int, help="admit at most N URLs (0: no limit)")
-    p.add_argument("--max-depth", type=int, help="follow links at most N hops from a seed (0: no limit)")
-    p.add_argument("--delay", type=float, help="seconds between requests to one host")
-    p.add_argument("--per-host", type=int, help="requests in flight per host (default 1)")
-    p.add_argument("--concurrency", type=int, help="requests in flight in total")
-    p.add_argument("--shards", type=int, help="number of shards")
+    p.add_argument("--max-pages", metavar="N", help="admit at most N URLs (0: no limit)")
+    p.add_argument("--max-depth", metavar="N", help="follow links at most N hops from a seed (0: no limit)")
+    p.add_argument("--delay", metavar="SECONDS", help="seconds between requests to one host")
+    p.add_argument("--per-host", metavar="N", help="requests in flight per host (default 1)")
+    p.add_argument("--concurrency", metavar="N", help="requests in flight in total")
+    p.add_argument("--shards", metavar="N", help="number of shards")
     p.add_argument("--allow-domain", action="append", dest="allow_domains", metavar="DOMAIN",
                    help="registered domain in scope (repeatable; default: the seeds' domains)")
     p.add_argument("--user-agent", help="User-Agent header")
@@ -41,17 +59,31 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--redis-url", help="Redis to use (default: $CRAWLER_REDIS_URL, or a private one for crawl)")
 
 
+_TEXT_FLAGS = ("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards", "workers")
+
+
 def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
     names = ("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards", "allow_domains",
              "user_agent", "redis_url", "allow_networks", "resolve", "sitemaps", "obey_robots")
-    return Settings.from_env(**{n: getattr(args, n, None) for n in names}, **extra)
+    given = {**{n: getattr(args, n, None) for n in names}, **extra}
+    for name in _TEXT_FLAGS:
+        if isinstance(given.get(name), str):
+            given[name] = parse_text(name, given[name], "--" + name.replace("_", "-"))
+    return Settings.from_env(**given)
+
+
+def _count(name: str, raw: str | None, flag: str) -> int | None:
+    """A count flag outside the job flags (``shards set N``, ``recover --shards``), read and
+    checked as the setting it names."""
+    return None if raw is None else int(parse_text(name, raw, flag))
 
 
 def _client(url: str | None) -> redis.Redis:
     from crawler.app import redis_url
+    from crawler.redisconn import check_version, connect
 
-    client = redis.Redis.from_url(url or redis_url())
-    client.ping()
+    client = connect(url or redis_url())
+    check_version(client)
     return client
 
 
@@ -76,8 +108,9 @@ class ProgressLine:
         t0, d0 = self.last
         rate = (done - d0) / (elapsed - t0) if elapsed > t0 else 0.0
         errors = sum(v for k, v in c.items() if k.startswith("error:"))
-        text = f"{done} pages  {rate:6.1f} pages/s  {c.get('open', 0) - c.get('inflight', 0)} queued  " \
-               f"{c.get('inflight', 0)} in flight  {errors} errors"
+        busy = c.get("inflight", 0) + c.get("held", 0)  # fetching, or fetched and not yet stored
+        text = f"{done} pages  {rate:6.1f} pages/s  {c.get('open', 0) - busy} queued  " \
+               f"{busy} in flight  {errors} errors"
         if self.tty:
             sys.stderr.write("\r\033[K" + text)
             sys.stderr.flush()
@@ -99,15 +132,23 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     settings = _settings(args, workers=args.workers, store=None)
     progress = ProgressLine(settings.progress_interval) if not args.quiet else None
     outcome = crawl(settings, args.seeds, args.out, progress)
-    if progress:
-        progress.end()
+    # SIGINT (Ctrl-C) 130, SIGHUP 129, SIGTERM 143: the shell's "ended by signal N".
+    code = exit_status(outcome.signum) if outcome.interrupted else 0
     out = Path(args.out).resolve()
-    print(f"job {outcome.job_id}: {_summary(outcome.status)} in {outcome.elapsed:.1f}s")
-    print(f"output: {out / 'crawl.db'} (SQLite), {out / 'warc'} (WARC)")
-    if outcome.interrupted:
-        print("interrupted: what was stored is complete and readable", file=sys.stderr)
-        return 130
-    return 0
+    try:
+        if progress:
+            progress.end()
+        print(f"job {outcome.job_id}: {_summary(outcome.status)} in {outcome.elapsed:.1f}s")
+        if outcome.status.get("error"):
+            print(f"crawler crawl: {redact(outcome.status['error'])}", file=sys.stderr)
+            code = code or 1
+        print(f"output: {out / 'crawl.db'} (SQLite), {out / 'warc'} (WARC)")
+        if outcome.interrupted:
+            print(f"interrupted ({signal.Signals(outcome.signum).name}): what was stored is complete and readable",
+                  file=sys.stderr)
+    except OSError:
+        pass  # after SIGHUP the terminal may be gone; the status still says what happened
+    return code
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -119,13 +160,20 @@ def cmd_submit(args: argparse.Namespace) -> int:
     settings = _settings(args, store=args.store, warc_dir=args.warc_dir, every=every, cron=args.cron, **revisit)
     if not settings.store:
         raise SystemExit("crawler submit: --store URL is required (e.g. sqlite:///data/crawl.db)")
+    jobs.canonical_seeds(args.seeds, settings.max_url_length)  # before the store file is created
     open_store(settings.store).close()  # fail here, not in every worker, if the URL is wrong
+    if has_password(settings.store):
+        print("crawler submit: warning: the store password is not passed on to workers (the job's settings "
+              "are readable by anyone with access to Redis); give workers PGPASSWORD or a ~/.pgpass entry",
+              file=sys.stderr)
     job_id = jobs.submit(_client(args.redis_url), settings, args.seeds)
     print(job_id)
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if not 0 <= args.timeout < float("inf"):  # a NaN deadline would never pass
+        raise ValueError(f"--timeout must be a finite number of seconds >= 0, got {args.timeout!r}")
     client = _client(args.redis_url)
     deadline = time.monotonic() + args.timeout if args.timeout else None
     while True:
@@ -137,10 +185,22 @@ def cmd_status(args: argparse.Namespace) -> int:
             return 2
         time.sleep(0.5)
     hosts = jobs.hosts(client, args.job) if args.hosts else None
+    from crawler import nodes, takeover
+
+    shard_states = takeover.shard_states(client, json.loads(st["settings"])["shards"])
     if args.json:
-        print(json.dumps({**st, "hosts": hosts} if hosts is not None else st, indent=2))
+        print(json.dumps({**st, "shards": shard_states, **({"hosts": hosts} if hosts is not None else {})},
+                         indent=2))
         return 0
     print(f"job {st['id']}: {st['status']}  ({_summary(st)})")
+    if st.get("error"):
+        print(f"  error: {redact(st['error'])}")
+    for line in takeover.describe(shard_states, heard_any=bool(nodes.nodes(client))):
+        print(f"  {line}")
+    if st.get("store_error"):
+        e = st["store_error"]
+        print(f"  store error, retrying for {time.time() - e['since']:.0f}s ({e['retries']} retries, last by "
+              f"{e['node']}): {redact(e['error'])}")
     for k, v in st["counters"].items():
         print(f"  {k:24} {v}")
     c = st["counters"]
@@ -178,6 +238,22 @@ def cmd_reset_seen(args: argparse.Namespace) -> int:
     jobs.status(client, args.job)
     deleted = BloomSeen(client, args.job).reset() + int(client.delete(keys.seen(args.job)))
     print(f"job {args.job}: seen-set cleared ({deleted} keys)")
+    return 0
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    from crawler.recover import recover
+
+    shards = _count("shards", args.shards, "--shards")
+    client = _client(args.redis_url)
+    store = open_store(args.store)
+    try:
+        done = recover(client, store, args.job, shards=shards)
+    finally:
+        store.close()
+    cycle = f" cycle {done.cycle}," if done.cycle else ""
+    print(f"job {args.job}: rebuilt from {redact(args.store)}:{cycle} {done.stored} stored pages, "
+          f"{done.seen} marked seen, {done.not_due} not due, {done.queued} URLs queued; status {done.status}")
     return 0
 
 
@@ -225,36 +301,44 @@ def cmd_cycles(args: argparse.Namespace) -> int:
 def cmd_shards(args: argparse.Namespace) -> int:
     from crawler.rebalance import set_shards
 
+    count = int(parse_text("shards", args.count, "N"))
     client = _client(args.redis_url)
     targets = args.job or jobs.active(client)
     if not targets:
         print("no running job to reshard (give --job JOB)")
         return 1
     for job_id in targets:
-        moved = set_shards(client, job_id, args.count)
+        moved = set_shards(client, job_id, count)
         share = moved.hosts / moved.hosts_total if moved.hosts_total else 0.0
-        print(f"job {job_id}: {args.count} shards; {moved.hosts} of {moved.hosts_total} hosts moved ({share:.0%}), "
+        print(f"job {job_id}: {count} shards; {moved.hosts} of {moved.hosts_total} hosts moved ({share:.0%}), "
               f"{moved.records} records rewritten, {moved.messages} messages requeued")
-    print(f"start workers for shard-0 .. shard-{args.count - 1} (celery -A crawler worker -Q shard-N)")
+    print(f"start workers for shard-0 .. shard-{count - 1} (celery -A crawler worker -Q shard-N)")
     return 0
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
-    from crawler import nodes
+    from crawler import liveshards, nodes, takeover
 
     client = _client(args.redis_url)
     rows = nodes.nodes(client)
+    down = liveshards.read(client).shards()
+    for n in rows:
+        n["taken_over"] = sorted(down & set(n["shards"]))  # its shards now served by backups
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
         print("no worker has sent a heartbeat (workers send them while task events are on)")
-        return 0
-    print(f"{'node':32} {'pid':>7} {'shards':12} {'last heartbeat':>14} {'fetched':>9} {'pages/s':>8}  state")
+    else:
+        print(f"{'node':32} {'pid':>7} {'shards':12} {'last heartbeat':>14} {'fetched':>9} {'pages/s':>8}  state")
     for n in rows:
         shards = ",".join(map(str, n["shards"])) or "-"
+        note = f" (shard {','.join(map(str, n['taken_over']))} taken over)" if n["taken_over"] else ""
         print(f"{n['node']:32} {n['pid']:>7} {shards:12} {n['age']:>12.1f}s {n['fetched']:>9} "
-              f"{n['pages_per_s']:>8.1f}  {n['state']}")
+              f"{n['pages_per_s']:>8.1f}  {n['state']}{note}")
+    known = {s for n in rows for s in n["shards"]} | down
+    for line in takeover.describe(takeover.shard_states(client, max(known, default=-1) + 1), heard_any=False):
+        print(line)
     return 0
 
 
@@ -315,13 +399,13 @@ def cmd_settings(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="crawler", description=__doc__)
+    p = _Parser(prog="crawler", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("crawl", help="crawl on this machine, nothing else to set up")
     _job_flags(c)
     c.add_argument("--out", required=True, help="output directory (crawl.db, warc/, logs/)")
-    c.add_argument("--workers", type=int, help="worker processes (default 2)")
+    c.add_argument("--workers", metavar="N", help="worker processes (default 2)")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     c.set_defaults(func=cmd_crawl)
 
@@ -329,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default="crawl-out", help="output directory (default: crawl-out)")
     d.add_argument("--sites", type=int, default=5)
     d.add_argument("--pages", type=int, default=100)
-    d.add_argument("--workers", type=int)
+    d.add_argument("--workers", metavar="N")
     d.add_argument("-q", "--quiet", action="store_true")
     for name in ("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards", "allow_domains",
                  "user_agent", "redis_url", "allow_networks", "resolve", "sitemaps", "obey_robots"):
@@ -344,7 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s.add_argument("--every", metavar="DURATION", help="run in cycles this far apart (30m, 6h, 1d)")
     s.add_argument("--cron", metavar="EXPR", help="run in cycles on a cron schedule, UTC ('0 */6 * * *')")
-    s.add_argument("--revisit-min", metavar="DURATION", help="revisit a page at most this often (default 1h)")
+    s.add_argument("--revisit-min", metavar="DURATION", help="revisit a page at most this often (default: the period)")
     s.add_argument("--revisit-max", metavar="DURATION", help="revisit a page at least this often (default 30d)")
 
     st = sub.add_parser("status", help="a job's state and counters")
@@ -368,6 +452,14 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--redis-url")
     rs.set_defaults(func=cmd_reset_seen)
 
+    rc = sub.add_parser("recover", help="rebuild a job that Redis lost from its store (pages, definition)")
+    rc.add_argument("job")
+    rc.add_argument("--store", required=True, help="the job's store URL, e.g. sqlite:///data/crawl.db")
+    rc.add_argument("--shards", metavar="N",
+                    help="the job's shard count if `shards set` changed it (default: submitted)")
+    rc.add_argument("--redis-url")
+    rc.set_defaults(func=cmd_recover)
+
     sp = sub.add_parser("stop", help="dispatch nothing more for a job and end its schedule")
     sp.add_argument("job")
     sp.add_argument("--redis-url")
@@ -389,7 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
     sh = sub.add_parser("shards", help="change the shard count of running jobs")
     shs = sh.add_subparsers(dest="action", required=True)
     sset = shs.add_parser("set", help="give running jobs N shards; only the hosts whose shard changed move")
-    sset.add_argument("count", type=int, metavar="N")
+    sset.add_argument("count", metavar="N")
     sset.add_argument("--job", action="append", help="only this job (repeatable; default: every running job)")
     sset.add_argument("--redis-url")
     sset.set_defaults(func=cmd_shards)
@@ -416,18 +508,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except (BadURL, StoreURLError, ValueError) as exc:
-        print(f"crawler {args.command}: {exc}", file=sys.stderr)
+        print(redact(f"crawler {args.command}: {_one_line(str(exc))}"), file=sys.stderr)
         return 2
     except KeyError as exc:
-        print(f"crawler {args.command}: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        print(redact(f"crawler {args.command}: {_one_line(str(exc.args[0] if exc.args else exc))}"), file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0  # the reader (``| head``) has what it wanted
     except redis.ConnectionError as exc:
-        print(f"crawler {args.command}: cannot reach Redis: {exc}", file=sys.stderr)
+        print(redact(f"crawler {args.command}: cannot reach Redis: {exc}"), file=sys.stderr)
         return 1
     except Exception as exc:
-        print(f"crawler {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(redact(f"crawler {args.command}: {type(exc).__name__}: {_one_line(str(exc))}"), file=sys.stderr)
         return 1
 
 

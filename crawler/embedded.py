@@ -4,6 +4,7 @@ progress until it is done, and a clean shutdown that leaves the output readable.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -16,9 +17,14 @@ from typing import Any
 import redis
 
 from crawler import jobs
+from crawler.lifeline import PARENT_ENV
+from crawler.redact import password_of
 from crawler.redis_server import RedisServer
+from crawler.redisconn import check_version, connect
 from crawler.settings import Settings
 from crawler.sharding import queue_name
+from crawler.stopsignals import StopRequested, StopSignals
+from crawler.storeplace import StoreNotAllowed, place_dir, place_store
 
 Progress = Callable[[dict[str, Any], float], None]
 
@@ -33,6 +39,7 @@ class Outcome:
     status: dict[str, Any]
     elapsed: float
     interrupted: bool = False
+    signum: int = 0  # the signal that interrupted the crawl (SIGINT for Ctrl-C)
 
 
 def worker_command(queues: Sequence[str], name: str, logfile: str | None = None,
@@ -70,21 +77,45 @@ class WorkerProcesses:
             if p.poll() is not None:
                 raise CrawlFailed(f"worker {i} exited with status {p.returncode}; see {self.log_dir}/worker-{i}.log")
 
-    def stop(self, timeout: float = 20.0) -> None:
+    def stop(self, timeout: float = 20.0, hurry: Callable[[], bool] = lambda: False) -> None:
+        """Warm shutdown (the running task finishes); killed after ``timeout`` seconds, or as
+        soon as ``hurry()`` says so (a second Ctrl-C)."""
         for p in self.procs:
             if p.poll() is None:
-                p.send_signal(signal.SIGTERM)  # warm shutdown: the running task finishes
+                p.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout
+        while any(p.poll() is None for p in self.procs) and time.monotonic() < deadline and not hurry():
+            time.sleep(0.05)
         for p in self.procs:
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+            if p.poll() is None:
                 p.kill()
-                p.wait()
+            p.wait()
+
+
+STORE_ROOT_ENV = "CRAWLER_STORE_ROOT"
+
+
+def _writes_only_under(settings: Settings, out: Path) -> bool:
+    """Whether the job's SQLite store (or PostgreSQL) and WARC directory are all under ``out``:
+    then its workers' store root can be ``out`` whatever the environment says."""
+    try:
+        place_store(settings.store, str(out), ())
+        if settings.warc and settings.warc_dir:
+            place_dir(settings.warc_dir, str(out))
+    except StoreNotAllowed:
+        return False
+    return True
 
 
 def crawl(settings: Settings, seeds: list[str], out_dir: str, progress: Progress | None = None,
           poll: float = 0.25) -> Outcome:
+    """Run one job to its end on a private Redis (unless ``settings.redis_url`` names one) and
+    worker processes of its own. SIGTERM, SIGHUP and SIGINT (Ctrl-C) stop it the same way: the
+    job is stopped, the workers shut down warm, Redis stops, and the Outcome says which signal
+    came (``interrupted``, ``signum``). No child outlives it, even if it is killed outright
+    (``crawler.lifeline``). Bad settings or seeds raise before anything is created or started."""
+    settings = settings.validated()
+    jobs.canonical_seeds(seeds, settings.max_url_length)
     out = Path(out_dir).resolve()
     (out / "logs").mkdir(parents=True, exist_ok=True)
     settings = settings.replace(store=settings.store or f"sqlite:///{out / 'crawl.db'}",
@@ -94,35 +125,61 @@ def crawl(settings: Settings, seeds: list[str], out_dir: str, progress: Progress
     started = time.monotonic()
     job_id = ""
     client: redis.Redis | None = None
-    try:
-        if not settings.redis_url:
-            server = RedisServer().start()
-            settings = settings.replace(redis_url=server.url)
-        client = redis.Redis.from_url(settings.redis_url)
-        client.ping()
-        job_id = jobs.submit(client, settings, seeds)
-        env = {**os.environ, "CRAWLER_REDIS_URL": settings.redis_url, "CRAWLER_TASK_EVENTS": "0"}
-        workers = WorkerProcesses([all_queues(settings.shards)] * settings.workers, env, str(out / "logs"))
-        while True:
-            st = jobs.status(client, job_id)
-            if progress:
-                progress(st, time.monotonic() - started)
-            if st["status"] in jobs.FINISHED:
-                return Outcome(job_id, st, time.monotonic() - started)
-            workers.check()
-            time.sleep(poll)
-    except KeyboardInterrupt:
-        if client is not None and job_id:
-            jobs.stop(client, job_id)
-        if workers is not None:
-            workers.stop()
-            workers = None
-        st = jobs.status(client, job_id) if client is not None and job_id else {"counters": {}}
-        return Outcome(job_id, st, time.monotonic() - started, interrupted=True)
-    finally:
-        if workers is not None:
-            workers.stop()
-        if client is not None:
-            client.close()
-        if server is not None:
-            server.stop()
+    with StopSignals() as signals:
+        try:
+            if not settings.redis_url:
+                # Held while it starts: interrupted half-way, nobody would know its process.
+                with signals.deferred():
+                    # Anything on this host could otherwise talk to it, a crawled page that
+                    # redirects to loopback included.
+                    server = RedisServer(password=secrets.token_urlsafe(24))
+                    server.start()
+                print(f"redis: started {server.binary} on 127.0.0.1:{server.port}", file=sys.stderr)
+                settings = settings.replace(redis_url=server.url)
+            client = connect(settings.redis_url)
+            check_version(client)
+            job_id = jobs.submit(client, settings, seeds)
+            env = {**os.environ, "CRAWLER_REDIS_URL": settings.redis_url, "CRAWLER_TASK_EVENTS": "0",
+                   PARENT_ENV: str(os.getpid())}
+            # The job carries its store URL without the password (jobs.submit): these workers
+            # are ours, so they get it the way any worker would, from their environment.
+            if password_of(settings.store) and settings.store.startswith("postgres"):
+                env["PGPASSWORD"] = password_of(settings.store)
+            if _writes_only_under(settings, out):
+                env[STORE_ROOT_ENV] = str(out)  # its workers may write only where it was told to
+            with signals.deferred():
+                workers = WorkerProcesses([all_queues(settings.shards)] * settings.workers, env, str(out / "logs"))
+            while True:
+                signals.check()
+                st = jobs.status(client, job_id)
+                if progress:
+                    progress(st, time.monotonic() - started)
+                if st["status"] in jobs.FINISHED:
+                    signals.hold()
+                    return Outcome(job_id, st, time.monotonic() - started)
+                workers.check()
+                time.sleep(poll)
+        except (KeyboardInterrupt, StopRequested) as exc:
+            signals.hold()
+            signum = exc.signum if isinstance(exc, StopRequested) else signal.SIGINT
+            last: dict[str, Any] = {"counters": {}}
+            try:
+                if client is not None and job_id:
+                    jobs.stop(client, job_id)
+                if workers is not None:
+                    workers.stop(hurry=signals.hurry)
+                    workers = None
+                if client is not None and job_id:
+                    last = jobs.status(client, job_id)
+            except redis.RedisError as err:
+                # An external Redis may have gone with the same signal; the store is what counts.
+                print(f"crawler: could not record the stop in Redis ({err})", file=sys.stderr)
+            return Outcome(job_id, last, time.monotonic() - started, interrupted=True, signum=signum)
+        finally:
+            signals.hold()
+            if workers is not None:
+                workers.stop(hurry=signals.hurry)
+            if client is not None:
+                client.close()
+            if server is not None:
+                server.stop()

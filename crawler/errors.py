@@ -44,6 +44,8 @@ LeaseExpired = _define("LeaseExpired", Permanent, "lease_expired",
                        "Workers took the URL and never finished it, max_attempts times over.")
 BadURL = _define("BadURL", Permanent, "bad_url", "The URL cannot be fetched (scheme, syntax, length).")
 Decode = _define("Decode", Permanent, "decode", "The body could not be decoded.")
+UnsupportedEncoding = _define("UnsupportedEncoding", Permanent, "unsupported_encoding",
+                              "The body's Content-Encoding is not gzip, deflate or br (or is stacked too deep).")
 RobotsUnavailable = _define("RobotsUnavailable", Retryable, "robots_unavailable",
                             "robots.txt answered 5xx or not at all: the host is off limits until it answers.")
 ProtocolError = _define("ProtocolError", Retryable, "protocol", "The server broke the HTTP protocol.")
@@ -52,5 +54,17 @@ REASONS: dict[str, type[CrawlError]] = {
     cls.reason: cls
     for cls in (DNSError, ConnectError, TimeoutError_, HTTP5xx, HTTP429, TLSError, HTTP4xx, TooLarge,
                 RedirectLoop, TooManyRedirects, BadURL, Decode, ProtocolError, BlockedNetwork, OutOfScope,
-                RobotsDisallowed, NotHTML, LeaseExpired, RobotsUnavailable)
+                RobotsDisallowed, NotHTML, LeaseExpired, RobotsUnavailable,
+                UnsupportedEncoding)
 }
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """``repr(value)`` cut to about ``limit`` characters, for echoing what a user gave in an
+    error line: a 2 MB argument must not become a 2 MB message."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    if isinstance(value, str):
+        return f"{text[: limit - 20]}... ({len(value)} characters)"
+    return f"{text[: limit - 3]}..."

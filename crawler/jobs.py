@@ -1,4 +1,5 @@
-"""Jobs: submission, settings every worker applies, status and counters, all in Redis."""
+"""Jobs: submission, settings every worker applies, status and counters, all in Redis; the
+job's definition is also recorded in its store, so ``crawler recover`` can rebuild it."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from typing import Any
 
 from redis import Redis
 
-from crawler.errors import BadURL
+from crawler.errors import BadURL, shown
 from crawler.frontier import Entry, Frontier, keys, lua
-from crawler.settings import Settings
+from crawler.lru import LRU
+from crawler.redact import redact_settings_json, strip_password
+from crawler.settings import Settings, process_limit
+from crawler.store import JobDefinition, open_store
 from crawler.urls import canonicalize, domain_of
 
 RUNNING, DONE, STOPPED, PAUSED = "running", "done", "stopped", "paused"
@@ -31,21 +35,34 @@ def new_job_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
-def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | None = None) -> str:
-    """Create a job and admit its seeds. Raises BadURL naming the first seed that is not a
-    fetchable URL, before anything is written."""
+def canonical_seeds(seeds: list[str], max_url_length: int) -> list[str]:
+    """The seeds' canonical forms; BadURL naming the first that is not a fetchable URL. Pure:
+    callers run it before they start or create anything."""
     canon = []
     for seed in seeds:
         try:
-            canon.append(canonicalize(seed, settings.max_url_length))
+            canon.append(canonicalize(seed, max_url_length))
         except BadURL as exc:
-            raise BadURL(f"seed {seed!r}: {exc}") from exc
+            raise BadURL(f"seed {shown(seed)}: {exc}") from exc
     if not canon:
         raise BadURL("no seeds given")
+    return canon
+
+
+def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | None = None) -> str:
+    """Create a job and admit its seeds. Raises SettingError for a setting out of range and
+    BadURL naming the first seed that is not a fetchable URL, before anything is written."""
+    settings = settings.validated()  # callers may have built or changed it by hand
+    canon = canonical_seeds(seeds, settings.max_url_length)
     job_id = job_id or new_job_id()
     job_settings = settings.job_settings()
     job_settings["allow_domains"] = sorted(settings.allow_domains or {domain_of(u) for u in canon})
+    # Everyone who can read Redis (or the store) can read a job's settings: its store password
+    # stays with the submitter, and workers take theirs from their own environment.
+    job_settings["store"] = strip_password(settings.store)
     now = time.time()
+    if settings.store:
+        record(settings.store, JobDefinition(job_id, canon, job_settings, now, settings.every, settings.cron))
     meta: dict[str, Any] = {"id": job_id, "status": RUNNING, "created_at": now,
                             "settings": json.dumps(job_settings), "seeds": json.dumps(canon)}
     pipe = redis.pipeline()
@@ -65,7 +82,18 @@ def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | Non
     return job_id
 
 
-_cache: dict[str, tuple[float, Job]] = {}
+def record(store_url: str, definition: JobDefinition) -> None:
+    """Keep the job's definition in its store before anything is in Redis: a job Redis knows
+    of can always be rebuilt (idempotent)."""
+    store = open_store(store_url)
+    try:
+        store.save_job(definition)
+    finally:
+        store.close()
+
+
+# A worker serves job after job for days: the jobs it has not seen for longest go first.
+_cache: LRU[str, tuple[float, Job]] = LRU(process_limit("job_cache_size"))
 
 
 def load(redis: Redis, job_id: str, *, max_age: float = 5.0) -> Job:
@@ -78,7 +106,7 @@ def load(redis: Redis, job_id: str, *, max_age: float = 5.0) -> Job:
         raise KeyError(f"no such job: {job_id}")
     values = json.loads(raw)
     job = Job(job_id, Settings.from_env(**values), frozenset(values["allow_domains"]))
-    _cache[job_id] = (time.monotonic(), job)
+    _cache.put(job_id, (time.monotonic(), job))
     return job
 
 
@@ -91,19 +119,27 @@ def seeds(redis: Redis, job_id: str) -> list[str]:
 
 def forget(job_id: str) -> None:
     """Drop this process's cached copy of the job's settings (they were just changed)."""
-    _cache.pop(job_id, None)
+    _cache.pop(job_id)
 
 
 def status(redis: Redis, job_id: str) -> dict[str, Any]:
-    """Meta fields and counters of a job; KeyError if there is no such job."""
+    """Meta fields and counters of a job, and ``store_error`` while its store is down (see
+    ``crawler.storeretry.current``), credentials redacted; KeyError if there is no such job."""
     pipe = redis.pipeline(transaction=False)
     pipe.hgetall(keys.meta(job_id))
     pipe.hgetall(keys.counters(job_id))
-    meta, cnt = pipe.execute()
+    pipe.exists(keys.store_error(job_id))
+    meta, cnt, store_down = pipe.execute()
     if not meta:
         raise KeyError(f"no such job: {job_id}")
     out: dict[str, Any] = {k.decode(): v.decode() for k, v in meta.items()}
+    if "settings" in out:  # a job submitted before passwords were stripped may still hold one
+        out["settings"] = redact_settings_json(out["settings"])
     out["counters"] = {k.decode(): int(v) for k, v in sorted(cnt.items())}
+    if store_down:
+        from crawler import storeretry
+
+        out["store_error"] = storeretry.current(redis, job_id)
     return out
 
 
@@ -121,13 +157,13 @@ def hosts(redis: Redis, job_id: str) -> list[dict[str, Any]]:
             for h, q in zip(names, pipe.execute(), strict=True)]
 
 
-def stop(redis: Redis, job_id: str) -> None:
+def stop(redis: Redis, job_id: str, error: str = "") -> None:
     """Dispatch nothing more for the job and start no more cycles; what is in flight still
-    finishes and is stored."""
+    finishes and is stored. ``error``: why a worker stopped it (``status`` shows it)."""
     now = time.time()
     cycle = redis.hget(keys.meta(job_id), "cycle")
     pipe = redis.pipeline()
-    pipe.hset(keys.meta(job_id), mapping={"status": STOPPED, "finished_at": now})
+    pipe.hset(keys.meta(job_id), mapping={"status": STOPPED, "finished_at": now, **({"error": error} if error else {})})
     pipe.srem(keys.JOBS, job_id)
     pipe.srem(keys.PERIODIC, job_id)
     if cycle is not None:
@@ -181,6 +217,15 @@ def cycles(redis: Redis, job_id: str) -> list[dict[str, Any]]:
         row.update({f: int(d.get(f, 0)) for f in CYCLE_FIELDS})
         out.append(row)
     return out
+
+
+def seen_space(redis: Redis, job_id: str) -> str:
+    """The name under which a process may remember URLs of this job as seen: it changes with
+    each cycle and each rebuild by ``crawler recover``. KeyError if Redis has no such job."""
+    status, cycle, epoch = redis.hmget(keys.meta(job_id), ["status", "cycle", "epoch"])
+    if status is None:
+        raise KeyError(f"no such job: {job_id}")
+    return f"{job_id}:{int(cycle or 0)}:{(epoch or b'').decode()}"
 
 
 def count(redis: Redis | Any, job_id: str, **deltas: int) -> None:

@@ -83,8 +83,9 @@ def install_signal_handlers() -> None:
         c = clients.get(os.getpid())
         if c is None:
             from crawler.app import redis_url
+            from crawler.redisconn import connect
 
-            c = clients[os.getpid()] = Redis.from_url(redis_url(), socket_timeout=5)
+            c = clients[os.getpid()] = connect(redis_url())
         return c
 
     def shards_of(app: Any) -> list[int]:

@@ -23,10 +23,12 @@ from crawler.fetch.robots import (
     origin_of,
     parse_sitemap,
     policy_from_fetch,
+    robots_scope,
 )
 from crawler.frontier import keys
 from crawler.frontier.ratecontrol import next_delay, parse_retry_after
 from crawler.jobs import Job
+from crawler.settings import Settings
 from crawler.urls import domain_of, host_key
 
 SITEMAPS_PER_HOST = 10
@@ -38,9 +40,10 @@ def is_retryable(reason: str | None) -> bool:
 
 
 class Politeness:
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, settings: Settings | None = None) -> None:
         self.redis = redis
-        self.robots = RobotsCache(redis)
+        s = settings or Settings.from_env()
+        self.robots = RobotsCache(redis, s.robots_cache_size, s.robots_cache_bytes)
 
     # -- robots.txt --------------------------------------------------------------------------
     async def _fetch_robots(self, origins: Iterable[str], fetcher: Fetcher, config: FetchConfig,
@@ -56,18 +59,20 @@ class Politeness:
                  run: Any) -> tuple[dict[str, RobotsPolicy], dict[str, RobotsPolicy]]:
         """(policy per origin of these URLs, the ones fetched just now)."""
         origins = {origin_of(u) for u in urls}
-        found = self.robots.lookup(origins)
+        scope = robots_scope(config.allow_networks, config.resolve)
+        found = self.robots.lookup(origins, scope)
         missing = origins - found.keys()
         fresh: dict[str, RobotsPolicy] = {}
         if missing:
             fresh = run(self._fetch_robots(sorted(missing), fetcher, config, job))
-            self.robots.save(fresh)
+            self.robots.save(fresh, scope)
             found.update(fresh)
         return found, fresh
 
     def hop_check(self, job: Job, fetcher: Fetcher, config: FetchConfig, fresh: dict[str, RobotsPolicy]) -> HopCheck:
         """Vets a redirect target: in scope, and allowed by its own origin's robots.txt."""
         s = job.settings
+        scope = robots_scope(config.allow_networks, config.resolve)
 
         async def check(url: str) -> str | None:
             if job.allowed and domain_of(url) not in job.allowed:
@@ -75,7 +80,7 @@ class Politeness:
             if not s.obey_robots:
                 return None
             origin = origin_of(url)
-            policy = fresh.get(origin) or self.robots.local(origin)
+            policy = fresh.get(origin) or self.robots.local(origin, scope)
             if policy is None:
                 policy = (await self._fetch_robots([origin], fetcher, config, job))[origin]
                 fresh[origin] = policy
@@ -115,37 +120,57 @@ class Politeness:
 
     # -- sitemaps ----------------------------------------------------------------------------
     def sitemap_urls(self, job: Job, policies: dict[str, RobotsPolicy], fetcher: Fetcher, config: FetchConfig,
-                     run: Any) -> list[tuple[str, str]]:
-        """(page URL, sitemap URL) from the sitemaps robots.txt lists; each origin's sitemaps
-        are read once per job."""
-        todo: list[str] = []
+                     run: Any) -> tuple[list[tuple[str, str]], int]:
+        """((page URL, sitemap URL) from the sitemaps robots.txt lists, URLs past the cap left
+        out). Each origin's sitemaps are read once per job, one file at a time (a site listing
+        many sitemaps costs one connection, not a burst), and at most ``sitemap_max_urls``
+        page URLs are taken from one origin."""
+        todo: dict[str, list[str]] = {}
         for origin, policy in policies.items():
             maps = policy.sitemaps()[:SITEMAPS_PER_HOST]
             if maps and self.redis.sadd(keys.prefix(job.id) + "sitemaps", origin):
-                todo += maps
+                todo[origin] = maps
         if not todo:
-            return []
+            return [], 0
+        cap = job.settings.sitemap_max_urls
         cfg = dataclasses.replace(config, html_only=False, max_body=SITEMAP_MAX_BYTES)
         check = self.hop_check(job, fetcher, config, {})
+        found: list[tuple[str, str]] = []
+        dropped = 0
 
-        async def gather() -> list[tuple[str, str]]:
-            found: list[tuple[str, str]] = []
-            level = todo
+        async def read_origin(maps: list[str]) -> None:
+            nonlocal dropped
+            taken = 0
+            level = maps
             for _depth in range(2):  # a sitemap index and the sitemaps it lists
-                allowed = [u for u in level if await check(u) is None]
-                results = await fetcher.fetch_many(allowed, cfg)
                 children: list[str] = []
-                for url, r in zip(allowed, results, strict=True):
-                    if r.status == 200 and r.body:
-                        pages, subs = parse_sitemap(r.body)
-                        found += [(p, url) for p in pages]
-                        children += subs[:SITEMAPS_PER_HOST]
+                for url in level:
+                    if taken >= cap:
+                        return
+                    if await check(url) is not None:
+                        continue
+                    [r] = await fetcher.fetch_many([url], cfg)
+                    if r.status != 200 or not r.body:
+                        continue
+                    pages, subs = parse_sitemap(r.body)
+                    keep = pages[:cap - taken]
+                    dropped += len(pages) - len(keep)
+                    taken += len(keep)
+                    found.extend((p, url) for p in keep)
+                    children += subs[:SITEMAPS_PER_HOST]
                 level = children
                 if not level:
-                    break
-            return found
+                    return
 
-        return list(run(asyncio.wait_for(gather(), timeout=config.deadline * 2)))
+        async def gather() -> None:
+            for maps in todo.values():
+                await read_origin(maps)
+
+        try:
+            run(asyncio.wait_for(gather(), timeout=config.deadline * 2))
+        except TimeoutError:
+            pass  # what was read in time is kept; these origins are not read again for the job
+        return found, dropped
 
 
 def blocked_result(url: str, reason: str) -> FetchResult:

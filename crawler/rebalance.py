@@ -1,15 +1,23 @@
-"""Changing a running job's shard count (the DHT design's REFRESH_TASK).
+"""Changing a running job's shard count (the DHT design's REFRESH_TASK), or the set of its
+shards that are live (a dead shard's hosts taken over by their backups, ``crawler.takeover``).
 
 Shards own registered domains by rendezvous hashing, so when the count changes only the domains
 whose top shard changed move (about 1/N of them). Their hosts move between the shards' ready
 sets, and every record that names a shard (leases, retries, hosts waiting for an address) is
 rewritten, each move a compare-and-set script, so nothing a worker does meanwhile is lost or
-done twice. Task messages left on the queue of a shard that no longer exists are moved to
-shard 0: fetch, parse, dedup and store may run on any worker (leases and tokens decide).
+done twice. Fetch and dedup messages left on the queue of a shard that no longer exists (or is
+down) are moved to the next live shard's queue: any worker may run any task (leases and tokens
+decide); parse and store travel on the shared queue anyway.
 
-Workers learn the new count within ``jobs.load``'s cache age; for ``GRACE`` seconds after a
-change every dispatcher repeats the migration, which catches what a worker still working with
-the old count placed meanwhile.
+A takeover is the same migration with a set of shards ``down``: each of their hosts goes to the
+next shard in its own rendezvous ranking that is live, and back when the shard is live again.
+
+Workers learn the new count within ``jobs.load``'s cache age (the live set within
+``liveshards.CACHE_AGE``); for ``GRACE`` seconds after a change every dispatcher repeats the
+migration, which catches what a worker still working with the old view placed meanwhile. While a
+shard stays down, every dispatcher also sweeps its ready set and its queue each tick (``sweep``):
+work can reach them long after the change (task messages of the dead worker come back to its
+queue after the visibility timeout; a lease recorded before the change expires onto it).
 """
 
 from __future__ import annotations
@@ -20,9 +28,10 @@ from dataclasses import dataclass
 
 from redis import Redis
 
-from crawler import jobs
+from crawler import jobs, liveshards
 from crawler.frontier import keys
-from crawler.sharding import queue_name, shard_of_host
+from crawler.liveshards import LiveSet
+from crawler.sharding import queue_name, shard_of_host, standby
 
 GRACE = 20.0
 MAX_SHARDS = 1024
@@ -70,7 +79,7 @@ class Moved:
     hosts: int  # hosts whose shard changed (queued ones, and ones in flight)
     hosts_total: int
     records: int  # ready-set entries, leases, retries and address waits rewritten
-    messages: int  # task messages moved off queues of shards that no longer exist
+    messages: int  # task messages moved off queues of shards that no longer exist or are down
 
 
 def set_shards(redis: Redis, job_id: str, shards: int) -> Moved:
@@ -87,11 +96,13 @@ def set_shards(redis: Redis, job_id: str, shards: int) -> Moved:
     redis.hset(keys.meta(job_id), mapping={"settings": json.dumps(values), "shards_changed_at": time.time(),
                                            "shards_before": known})
     jobs.forget(job_id)
-    return migrate(redis, job_id, shards, known)
+    return migrate(redis, job_id, shards, known, down=liveshards.read(redis).shards(shards))
 
 
-def migrate(redis: Redis, job_id: str, shards: int, known: int | None = None) -> Moved:
-    """Put every host of the job on the shard that owns it for ``shards`` shards."""
+def migrate(redis: Redis, job_id: str, shards: int, known: int | None = None,
+            down: frozenset[int] = frozenset()) -> Moved:
+    """Put every host of the job on the shard that serves it for ``shards`` shards of which
+    ``down`` are down."""
     p = keys.prefix(job_id)
     known = max(shards, known or int(redis.hget(keys.meta(job_id), "shards_before") or shards))
     moves: list[str] = []
@@ -100,7 +111,7 @@ def migrate(redis: Redis, job_id: str, shards: int, known: int | None = None) ->
 
     def target(host: str) -> int:
         hosts.add(host)
-        return shard_of_host(host, shards)
+        return shard_of_host(host, shards, down)
 
     for s in range(known):
         for member in redis.zrange(keys.ready(job_id, s), 0, -1):
@@ -131,26 +142,57 @@ def migrate(redis: Redis, job_id: str, shards: int, known: int | None = None) ->
             t = target(host)
             if int(shard) != t:
                 moves += ["s", key.decode(), "", m, f"{t} {host}", ""]
-    applied = 0
-    script = redis.register_script(_MOVE)
-    for i in range(0, len(moves), 6 * 500):
-        applied += int(script(args=[p, job_id, *moves[i : i + 6 * 500]]))
-    messages = drain_queues(redis, shards, known)
+    applied = _apply(redis, job_id, moves)
+    messages = drain_queues(redis, shards, known, down)
     return Moved(len(moving), len(hosts), applied, messages)
 
 
-def drain_queues(redis: Redis, shards: int, known: int) -> int:
-    """Move task messages from the queues of shards >= ``shards`` to shard 0's queue."""
+def _apply(redis: Redis, job_id: str, moves: list[str]) -> int:
+    applied = 0
+    script = redis.register_script(_MOVE)
+    for i in range(0, len(moves), 6 * 500):
+        applied += int(script(args=[keys.prefix(job_id), job_id, *moves[i : i + 6 * 500]]))
+    return applied
+
+
+def sweep(redis: Redis, job_id: str, shards: int, down: frozenset[int]) -> Moved:
+    """Move hosts out of the ready sets of shards that are down, and task messages off their
+    queues: every path by which work reaches a shard ends in one of the two."""
+    moves: list[str] = []
+    hosts: set[str] = set()
+    for s in sorted(down):
+        for member in redis.zrange(keys.ready(job_id, s), 0, -1):
+            host = member.decode()
+            t = shard_of_host(host, shards, down)
+            if t != s:
+                hosts.add(host)
+                moves += ["z", "", host, keys.ready(job_id, s), keys.ready(job_id, t), str(t)]
+    applied = _apply(redis, job_id, moves) if moves else 0
+    return Moved(len(hosts), len(hosts), applied, drain_queues(redis, shards, shards, down))
+
+
+def drain_queues(redis: Redis, shards: int, known: int, down: frozenset[int] = frozenset()) -> int:
+    """Move task messages from the queues of shards >= ``shards`` and of shards that are down to
+    the queue of a live shard (``sharding.standby``)."""
     moved = 0
-    for s in range(shards, known):
-        while redis.lmove(queue_name(s), queue_name(0), "RIGHT", "LEFT") is not None:
+    for s in sorted(set(range(shards, known)) | {d for d in down if d < shards}):
+        target = standby(s, shards, down)
+        if target == s:
+            continue  # every shard is down: nowhere better to put them
+        while redis.lmove(queue_name(s), queue_name(target), "RIGHT", "LEFT") is not None:
             moved += 1
     return moved
 
 
-def rebalance_if_changed(redis: Redis, job_id: str, shards: int, now: float) -> Moved | None:
-    """For a dispatcher: repeat the migration while a recent change settles."""
-    changed = redis.hget(keys.meta(job_id), "shards_changed_at")
-    if changed is None or now - float(changed) > GRACE:
-        return None
-    return migrate(redis, job_id, shards)
+def rebalance_if_changed(redis: Redis, job_id: str, shards: int, now: float,
+                         live: LiveSet | None = None) -> Moved | None:
+    """For a dispatcher: repeat the migration while a recent change of the shard count or of
+    the live set settles, and keep the shards that are down swept."""
+    live = liveshards.read(redis) if live is None else live
+    down = live.shards(shards)
+    changed = float(redis.hget(keys.meta(job_id), "shards_changed_at") or 0)
+    if now - changed <= GRACE or now - live.changed_at <= GRACE:
+        return migrate(redis, job_id, shards, down=down)
+    if down:
+        return sweep(redis, job_id, shards, down)
+    return None

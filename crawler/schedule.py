@@ -12,6 +12,8 @@ from typing import Any
 
 from celery.schedules import crontab
 
+from crawler.errors import shown
+
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 
@@ -20,7 +22,7 @@ def parse_duration(text: str) -> float:
     """``90``, ``90s``, ``15m``, ``6h``, ``1d``, ``2w`` -> seconds."""
     m = _DURATION.match(text)
     if not m:
-        raise ValueError(f"not a duration: {text!r} (try 30s, 15m, 6h, 1d)")
+        raise ValueError(f"not a duration: {shown(text)} (try 30s, 15m, 6h, 1d)")
     return float(m.group(1)) * _UNITS[m.group(2) or "s"]
 
 
@@ -28,12 +30,12 @@ def parse_cron(expr: str) -> crontab:
     """A five-field cron expression (minute hour day-of-month month day-of-week), in UTC."""
     parts = expr.split()
     if len(parts) != 5:
-        raise ValueError(f"cron expression {expr!r} needs 5 fields: minute hour day-of-month month day-of-week")
+        raise ValueError(f"cron expression {shown(expr)} needs 5 fields: minute hour day-of-month month day-of-week")
     minute, hour, dom, month, dow = parts
     try:
         return crontab(minute=minute, hour=hour, day_of_month=dom, month_of_year=month, day_of_week=dow)
     except ValueError as exc:
-        raise ValueError(f"cron expression {expr!r}: {exc}") from exc
+        raise ValueError(f"cron expression {shown(expr)}: {exc}") from exc
 
 
 def cron_after(c: crontab, t: float) -> float:
@@ -72,6 +74,13 @@ def period(every: float, cron: str, now: float) -> float:
         return every
     first = next_cycle(0, cron, now, now)
     return next_cycle(0, cron, first, first) - first
+
+
+def revisit_floor(revisit_min: float, period_s: float, revisit_max: float) -> float:
+    """The shortest revisit interval: ``revisit_min`` if given, else (0) the job's period, so
+    that a job run every minute finds every page due every minute until its interval adapts;
+    never above ``revisit_max``."""
+    return revisit_min if revisit_min > 0 else min(period_s, revisit_max)
 
 
 # Outcomes of one visit to a page, as the store stage classifies them.

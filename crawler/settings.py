@@ -7,10 +7,15 @@ is generated from this module (``crawler settings``) and a test checks they agre
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
+import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
+
+from crawler.errors import shown
 
 
 def _s(default: Any, doc: str, *, job: bool = False) -> Any:
@@ -37,6 +42,7 @@ class Settings:
     robots_ttl: float = _s(86400.0, "Seconds a fetched robots.txt is cached (shared by all workers)", job=True)
     robots_retry: float = _s(300.0, "Seconds a host whose robots.txt failed (5xx, unreachable) stays disallowed before retrying", job=True)
     sitemaps: bool = _s(False, "Seed the job with the URLs of the Sitemap: files robots.txt lists", job=True)
+    sitemap_max_urls: int = _s(50_000, "Page URLs taken from one origin's sitemaps at most (read one file at a time); more are counted `dropped_sitemap_cap`", job=True)
     max_attempts: int = _s(3, "Fetch attempts for retryable failures (dns, connect, timeout, 5xx, 429)", job=True)
     retry_base: float = _s(2.0, "Seconds before the first retry; doubles each attempt, with jitter", job=True)
     dedup: str = _s("auto", "Seen-set: bloom (Redis Bloom filter), set (exact, keeps shortest depths), auto (bloom unless --max-depth)", job=True)
@@ -46,8 +52,16 @@ class Settings:
     near_duplicate_distance: int = _s(3, "Pages whose simhashes differ in at most this many bits are near-duplicates", job=True)
     follow_near_duplicates: bool = _s(True, "Follow the links of near-duplicate pages", job=True)
     local_cache_size: int = _s(100_000, "URLs each worker process remembers as seen, to skip Redis (0: off)")
-    max_pages_per_host: int = _s(0, "Pages admitted per host at most: stops session-id and calendar traps (0: no limit)", job=True)
+    max_pages_per_host: int = _s(100_000, "Pages admitted per host at most: stops session-id and calendar traps that other rules miss; generous, so a real site is rarely cut (0: no limit)", job=True)
+    max_links_per_page: int = _s(5_000, "Links taken from one page at most (in document order); a page with more is counted `links_capped`, the rest `links_dropped` (0: no limit)", job=True)
     max_repeated_segments: int = _s(3, "URLs repeating one path segment more often are dropped as traps (0: no limit)", job=True)
+    canonical_cache_size: int = _s(200_000, "Canonical URLs each worker process remembers, so repeated links skip recomputing (least recently used dropped first)")
+    canonical_cache_bytes: int = _s(64_000_000, "Bytes of URLs that cache holds at most")
+    robots_cache_size: int = _s(10_000, "Parsed robots.txt files each worker process keeps in front of Redis")
+    robots_cache_bytes: int = _s(64_000_000, "Bytes of robots.txt (as parsed) that cache holds at most")
+    http_clients: int = _s(8, "HTTP clients each worker process keeps open, one per network policy (allowed networks, resolve map); the least recently used is closed")
+    job_cache_size: int = _s(256, "Jobs each worker process keeps settings and a Bloom filter handle for")
+    open_stores: int = _s(16, "Stores and WARC writers each worker process keeps open; the least recently used is closed")
     allow_networks: list = _s([], "Networks (CIDR) fetched although not public; by default loopback, private, link-local, CGNAT, multicast and reserved addresses are never contacted", job=True)
     resolve: list = _s([], "Fixed DNS answers HOST=IP (like curl --resolve)", job=True)
     dns_ttl: float = _s(300.0, "Seconds a DNS answer is cached per worker process", job=True)
@@ -65,64 +79,68 @@ class Settings:
     visibility_timeout: int = _s(600, "Seconds before Redis redelivers an unacknowledged task (longer than any task)")
     task_time_limit: int = _s(300, "Hard time limit of one task, seconds (shorter than the visibility timeout)")
     max_redeliveries: int = _s(3, "Deliveries of one task message before it is dropped and counted `poison`")
+    store_retry_for: float = _s(900.0, "Seconds a store task retries, with backoff, a store that is down (PostgreSQL restart, outage, failed WARC write) before it gives up")
     warc_max_size: int = _s(1_000_000_000, "Bytes per WARC file before a new one is started")
     store: str = _s("", "Store URL, e.g. sqlite:///out/crawl.db (default for `crawl`: DIR/crawl.db)", job=True)
     warc_dir: str = _s("", "Directory for WARC files (default: next to an SQLite store, in warc/)", job=True)
+    store_root: str = _s("", "Worker: the SQLite stores and WARC directories a job names must lie under this directory, relative ones resolve against it (empty: anywhere; `make up` sets it)")
+    store_hosts: list = _s([], "Worker: the database hosts a job's postgresql store may name (empty: any; `make up` sets it)")
     warc: bool = _s(True, "Keep every response in WARC files (0: store rows only)", job=True)
     every: float = _s(0.0, "Run the job in cycles this many seconds apart (`--every 6h`); 0: once", job=True)
     cron: str = _s("", "Run the job in cycles on this cron schedule, UTC (`--cron '0 */6 * * *'`)", job=True)
-    revisit_min: float = _s(3600.0, "A page is revisited at most this often, seconds (adaptive revisits)", job=True)
+    revisit_min: float = _s(0.0, "A page is revisited at most this often, seconds (adaptive revisits); 0: the job's period (`--every`, or a cron job's gap between runs), capped at revisit_max", job=True)
     revisit_max: float = _s(30 * 86400.0, "A page is revisited at least this often, seconds; gone pages are checked again after this", job=True)
     revisit_grow: float = _s(1.5, "An unchanged page's revisit interval is multiplied by this", job=True)
     revisit_shrink: float = _s(0.5, "A changed page's revisit interval is multiplied by this", job=True)
     cycle_check: float = _s(5.0, "Seconds between the beat's checks for periodic jobs whose next cycle is due")
     beat_lock_ttl: float = _s(30.0, "Seconds the acting beat's Redis lock lasts unless renewed; a second beat waits it out")
+    takeover_after: int = _s(10, "Heartbeats every worker of a shard may miss before its hosts are served by their runner-up shards (0: never)")
     task_events: bool = _s(True, "Workers send task events (Flower needs them; `crawler crawl` turns them off)")
     workers: int = _s(2, "Worker processes `crawler crawl` starts")
     progress_interval: float = _s(2.0, "Seconds between progress log lines when not on a terminal")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-        """Defaults, then ``CRAWLER_<NAME>`` variables, then non-None ``overrides``."""
+        """Defaults, then ``CRAWLER_<NAME>`` variables, then non-None ``overrides``. Raises
+        SettingError (one line naming the setting) for any value that is not usable."""
         env = os.environ if env is None else env
+        given = {k: v for k, v in overrides.items() if v is not None}
         values: dict[str, Any] = {}
         for f in fields(cls):
             raw = env.get(f"CRAWLER_{f.name.upper()}")
-            if raw is not None:
+            # An explicit value replaces the variable, so a bad variable it replaces is moot.
+            if raw is not None and f.name not in given:
                 values[f.name] = _parse(f, raw)
-        values.update({k: v for k, v in overrides.items() if v is not None})
+        values.update(given)
         return cls(**values).validated()
 
     def validated(self) -> Settings:
-        for name in ("shards", "per_host", "concurrency", "fetch_batch", "max_attempts"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"setting {name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_pages", "max_depth", "delay", "max_redirects", "max_body"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"setting {name} must be >= 0, got {getattr(self, name)}")
+        """Self, if every field has its type and lies in its range; else SettingError."""
+        for f in fields(self):
+            _check_field(f, getattr(self, f.name))
         from crawler.fetch.netguard import parse_networks
 
-        if self.dedup not in ("auto", "bloom", "set"):
-            raise ValueError(f"setting dedup must be auto, bloom or set, got {self.dedup!r}")
-
-        parse_networks(self.allow_networks)
-        if self.every < 0:
-            raise ValueError(f"setting every must be >= 0, got {self.every}")
+        try:
+            parse_networks(self.allow_networks)
+        except ValueError as exc:
+            raise SettingError(f"setting allow_networks: {exc}") from None
+        for item in self.resolve:
+            _check_resolve(item)
         if self.cron:
             from crawler.schedule import parse_cron
 
-            parse_cron(self.cron)
+            try:
+                parse_cron(self.cron)
+            except ValueError as exc:
+                raise SettingError(f"setting cron: {exc}") from None
             if self.every:
-                raise ValueError("give either every or cron, not both")
-        if not 0 < self.revisit_min <= self.revisit_max:
-            raise ValueError(f"need 0 < revisit_min <= revisit_max, got {self.revisit_min}, {self.revisit_max}")
-        if self.revisit_grow < 1 or not 0 < self.revisit_shrink <= 1:
-            raise ValueError("need revisit_grow >= 1 and 0 < revisit_shrink <= 1")
-        for item in self.resolve:
-            if "=" not in item:
-                raise ValueError(f"resolve entry {item!r} is not HOST=IP")
+                raise SettingError("give either every or cron, not both")
+        if self.revisit_min > self.revisit_max:
+            raise SettingError(f"revisit_min ({self.revisit_min:g} s) is longer than revisit_max ({self.revisit_max:g} s)")
+        if self.takeover_after and self.takeover_after < 2:
+            raise _bad("takeover_after", "must be 0 (off) or >= 2 heartbeats", self.takeover_after)
         if self.task_time_limit >= self.visibility_timeout:
-            raise ValueError("task_time_limit must be shorter than visibility_timeout, or Redis redelivers running tasks")
+            raise SettingError("task_time_limit must be shorter than visibility_timeout, or Redis redelivers running tasks")
         return self
 
     @property
@@ -142,16 +160,146 @@ class Settings:
         return dataclasses.replace(self, **changes).validated()
 
 
-def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
-    kind = type(f.default) if f.default is not dataclasses.MISSING else list
+CACHE_LIMITS = ("canonical_cache_size", "canonical_cache_bytes", "robots_cache_size", "robots_cache_bytes",
+                "http_clients", "job_cache_size", "open_stores")
+
+
+def process_limit(name: str, env: Mapping[str, str] | None = None) -> int:
+    """One of ``CACHE_LIMITS`` for a cache built at import, before any settings are read: a
+    value that is not a positive integer falls back to the default here, and
+    ``Settings.from_env`` (which every entry point calls) reports it as the error it is."""
+    f = next(f for f in fields(Settings) if f.name == name)
+    raw = (os.environ if env is None else env).get(f"CRAWLER_{name.upper()}")
     try:
-        if kind is bool:
-            return raw.strip().lower() in ("1", "true", "yes", "on")
-        if kind is list:
-            return [p.strip() for p in raw.split(",") if p.strip()]
-        return kind(raw)
-    except ValueError as exc:
-        raise ValueError(f"CRAWLER_{f.name.upper()}={raw!r}: expected {kind.__name__}") from exc
+        value = int(raw) if raw is not None else int(f.default)
+    except ValueError:
+        value = int(f.default)
+    return value if value >= 1 else int(f.default)
+
+
+class SettingError(ValueError):
+    """A setting's value cannot be used; the message is one line naming the setting."""
+
+
+def _bad(name: str, rule: str, value: Any) -> SettingError:
+    return SettingError(f"setting {name}: {rule}, got {shown(value)}")
+
+
+_BOOLEANS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+# Ranges of the numeric settings, as (lowest, lowest allowed itself, highest or None); any number
+# not named here must be >= 0. Numbers must also be finite: a NaN compares false with every
+# bound, so it would pass any range check and fail later, half-way through a Lua script.
+_RANGES: dict[str, tuple[float, bool, float | None]] = {
+    # Beyond this a job's start wakes (and a dispatcher polls) more shards than any deployment has.
+    "shards": (1, True, 1024),
+    **dict.fromkeys(("per_host", "concurrency", "fetch_batch", "max_attempts", "bloom_capacity", "max_url_length",
+                     "visibility_timeout", "task_time_limit", "warc_max_size", "workers", "sitemap_max_urls",
+                     "max_body", "max_redeliveries",
+                     *CACHE_LIMITS),
+                    (1, True, None)),
+    **dict.fromkeys(("connect_timeout", "read_timeout", "request_deadline", "lease_timeout", "revisit_max",
+                     "cycle_check", "beat_lock_ttl", "progress_interval", "store_retry_for"), (0, False, None)),
+    "bloom_error_rate": (0, False, 0.5),
+    "near_duplicate_distance": (0, True, 64),
+    "revisit_grow": (1, True, None),
+    "revisit_shrink": (0, False, 1),
+}
+_HINTS = {"revisit_min": " (0: the job's period)"}
+# Sent as HTTP header values: printable ASCII only, or one line could carry a second header.
+_HEADER_VALUES = frozenset({"user_agent", "robots_user_agent"})
+_PRINTABLE_ASCII = re.compile(r"[\x20-\x7e]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_ITEM_UNSAFE = re.compile(r"[\x00-\x20\x7f-\x9f]|\s")  # list items: one token each
+_SCHEMES = {"redis_url": ("redis", "rediss", "unix"), "store": ("sqlite", "postgresql", "postgres")}
+_EXAMPLES = {"redis_url": "redis://host:6379/0", "store": "sqlite:///path/crawl.db"}
+
+
+def _kind(f: dataclasses.Field[Any]) -> type:
+    return type(f.default) if f.default is not dataclasses.MISSING else list
+
+
+def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
+    return parse_text(f.name, raw, f"CRAWLER_{f.name.upper()}")
+
+
+def parse_text(name: str, raw: str, source: str) -> Any:
+    """A setting given as text (an environment variable, a command-line flag: ``source``) as
+    the field's type: strict booleans, finite numbers in range. SettingError otherwise."""
+    kind = _kind(_FIELDS[name])
+    if kind is bool:
+        value = _BOOLEANS.get(raw.strip().lower())
+        if value is None:
+            raise _bad(name, f"{source} must be one of 1/0, true/false, yes/no, on/off", raw)
+        return value
+    if kind is list:
+        return [p.strip() for p in raw.split(",") if p.strip()]
+    if kind is str:
+        return raw
+    try:
+        number = kind(raw)
+    except ValueError:
+        raise _bad(name, f"{source} must be {'an integer' if kind is int else 'a number'}", raw) from None
+    _check_number(name, kind, number, shown_as=raw)
+    return number
+
+
+def _check_field(f: dataclasses.Field[Any], value: Any) -> None:
+    """The field's type, range and characters, whichever way the value came in (environment,
+    flag, a submitted job's JSON, a caller's keyword)."""
+    name, kind = f.name, _kind(f)
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise _bad(name, "must be true or false", value)
+    elif kind in (int, float):
+        _check_number(name, kind, value)
+    elif kind is str:
+        if not isinstance(value, str):
+            raise _bad(name, "must be a string", value)
+        if name in _HEADER_VALUES and not _PRINTABLE_ASCII.fullmatch(value):
+            raise _bad(name, "must be printable ASCII (no control characters or line breaks)", value)
+        if _CONTROL.search(value):
+            raise _bad(name, "must not hold control characters", value)
+        schemes = _SCHEMES.get(name)
+        if schemes and value:
+            scheme, sep, _ = value.partition("://")
+            if not sep:
+                raise _bad(name, f"has no scheme (try {_EXAMPLES[name]})", value)
+            if scheme not in schemes:
+                raise _bad(name, f"must be a {' or '.join(s + '://' for s in schemes)} URL", value)
+        if name == "dedup" and value not in ("auto", "bloom", "set"):
+            raise _bad(name, "must be auto, bloom or set", value)
+    elif kind is list:
+        if not isinstance(value, (list, tuple)):
+            raise _bad(name, "must be a list", value)
+        for item in value:
+            if not isinstance(item, str) or not item or _ITEM_UNSAFE.search(item):
+                raise _bad(name, "items must be non-empty strings without spaces or control characters", item)
+
+
+def _check_number(name: str, kind: type, value: Any, shown_as: Any = None) -> None:
+    lo, lo_ok, hi = _RANGES.get(name, (0, True, None))
+    what = "an integer" if kind is int else "a finite number"
+    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
+        raise _bad(name, f"must be {what}", value)
+    bound = f">= {lo:g}" if lo_ok else f"> {lo:g}"
+    if hi is not None:
+        bound += f" and <= {hi:g}"
+    bound += _HINTS.get(name, "")
+    if not math.isfinite(value) or value < lo or (value == lo and not lo_ok) or (hi is not None and value > hi):
+        raise _bad(name, f"must be {what} {bound}", value if shown_as is None else shown_as)
+
+
+def _check_resolve(item: str) -> None:
+    host, sep, ip = item.partition("=")
+    if not sep or not host:
+        raise _bad("resolve", "entries must be HOST=IP", item)
+    try:
+        ipaddress.ip_address(ip)
+    except ValueError:
+        raise _bad("resolve", f"{host[:60]}=... must name an IP address", ip) from None
+
+
+_FIELDS = {f.name: f for f in fields(Settings)}
 
 
 def settings_table() -> str:

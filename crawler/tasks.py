@@ -8,14 +8,15 @@ import os
 from typing import Any
 
 from celery import Task
-from redis import Redis
 from redis import exceptions as redis_errors
 
-from crawler import jobs, pipeline
+from crawler import jobs, liveshards, pipeline
 from crawler.app import app, redis_url
 from crawler.frontier import keys
+from crawler.redisconn import connect
 from crawler.settings import Settings
-from crawler.sharding import queue_name
+from crawler.sharding import SHARED_QUEUE, queue_name
+from crawler.store import StoreRefused, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,7 @@ def context(node: str | None = None) -> pipeline.Context:
     """This process's Context, rebuilt after a fork."""
     global _ctx, _ctx_pid
     if _ctx is None or _ctx_pid != os.getpid():
-        _ctx = pipeline.Context(Redis.from_url(redis_url(), health_check_interval=30))
+        _ctx = pipeline.Context(connect(redis_url()))
         _ctx_pid = os.getpid()
         if node:
             _ctx.node = node
@@ -76,19 +77,37 @@ class CrawlTask(Task):
             log.exception("could not count the failure of %s", task_id)
 
 
-def send(task: Task, shard: int, *args: Any) -> None:
+def _publish(task: Task, queue: str, args: tuple[Any, ...]) -> None:
     # argsrepr: Celery would otherwise saferepr() every page of the message for its logs.
-    task.apply_async(args=args, queue=queue_name(shard), routing_key=queue_name(shard),
-                     argsrepr=f"({args[0]!r}, {len(args[-1])} items)")
+    task.apply_async(args=args, queue=queue, routing_key=queue, argsrepr=f"({args[0]!r}, {len(args[-1])} items)")
+
+
+def send(task: Task, shard: int, *args: Any) -> None:
+    """Send to the queue of ``shard`` as it is (callers route: ``routed``)."""
+    _publish(task, queue_name(shard), args)
+
+
+def send_shared(task: Task, *args: Any) -> None:
+    """Send to the queue every shard worker consumes (parse and store: no host locality)."""
+    _publish(task, SHARED_QUEUE, args)
+
+
+def routed(ctx: pipeline.Context, job: jobs.Job, shard: int) -> int:
+    """``shard``, or a live stand-in while it is down (its hosts are taken over)."""
+    return liveshards.route(ctx.redis, shard, job.settings.shards)
 
 
 @app.task(name="crawler.fetch", base=CrawlTask, bind=True)
 def fetch(self: Task, job_id: str, shard: int, token: str, entries: list[str]) -> None:
     ctx = context(self.request.hostname)
     job = jobs.load(ctx.redis, job_id)
-    pages = pipeline.fetch_stage(ctx, job, token, entries)
+    try:
+        pages = pipeline.fetch_stage(ctx, job, token, entries)
+    except StoreRefused as exc:
+        pipeline.refuse(ctx, job, exc)
+        return
     if pages:
-        send(parse, shard, job_id, shard, token, pages)
+        send_shared(parse, job_id, shard, token, pages)
 
 
 @app.task(name="crawler.parse", base=CrawlTask, bind=True)
@@ -96,9 +115,13 @@ def parse(self: Task, job_id: str, shard: int, token: str, pages: list[dict[str,
     ctx = context(self.request.hostname)
     job = jobs.load(ctx.redis, job_id)
     pages, batches = pipeline.parse_stage(ctx, job, token, pages)
+    # Batches stay keyed by the links' home shard, so their tokens survive a takeover (a
+    # redelivered parse sends the same tokens); the dedup task may run anywhere, and admission
+    # places each host on the shard serving it now.
     for target, links in batches.items():
-        send(dedup, target, job_id, pipeline.link_token(token, target), links)
-    send(store, shard, job_id, shard, token, pages)
+        send(dedup, routed(ctx, job, target), job_id, pipeline.link_token(token, target), links)
+    if pages:
+        send_shared(store, job_id, shard, token, pages)
 
 
 @app.task(name="crawler.dedup", base=CrawlTask, bind=True)
@@ -110,7 +133,20 @@ def dedup(self: Task, job_id: str, token: str, links: list[list[Any]]) -> None:
 @app.task(name="crawler.store", base=CrawlTask, bind=True)
 def store(self: Task, job_id: str, shard: int, token: str, pages: list[dict[str, Any]]) -> None:
     ctx = context(self.request.hostname)
-    pipeline.store_stage(ctx, jobs.load(ctx.redis, job_id), token, pages)
+    job = jobs.load(ctx.redis, job_id)
+    try:
+        pipeline.store_stage(ctx, job, token, pages)
+    except StoreRefused as exc:
+        pipeline.refuse(ctx, job, exc)
+    except StoreUnavailable as exc:
+        # The store is down: this message comes back after a backoff (the worker goes on with
+        # other work meanwhile), its pages' leases renewed until then.
+        wait = pipeline.hold_for_retry(ctx, job, token, pages, exc, self.request.retries)
+        if wait is None:
+            raise
+        log.warning("job %s: store unavailable (%s); %d pages wait %.1fs", job_id, exc, len(pages), wait)
+        raise self.retry(exc=exc, countdown=wait, max_retries=None, queue=SHARED_QUEUE,
+                         routing_key=SHARED_QUEUE) from exc
 
 
 @app.task(name="crawler.cycle_tick", ignore_result=True)

@@ -10,26 +10,44 @@ from urllib.parse import urlsplit, urlunsplit
 import tldextract
 from w3lib.url import canonicalize_url
 
-from crawler.errors import BadURL
+from crawler.errors import BadURL, shown
+from crawler.lru import LRU, str_size
+from crawler.settings import process_limit
 
 # The bundled public-suffix snapshot only: a crawler worker must never download the list.
 _extract = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None, include_psl_private_domains=True)
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _HOST_RE = re.compile(r"^[a-z0-9_]([a-z0-9_.-]{0,251}[a-z0-9_])?\.?$")
+# Whitespace and control characters never belong in a canonical URL: the frontier, the store and
+# log lines all treat a URL as one token, so one that still holds such a character is refused.
+_UNSAFE_RE = re.compile(r"[\x00-\x20\x7f-\x9f]|\s")
 # Click-tracking parameters: they name the campaign a link came from, never a different page, so
 # URLs differing only in them are one page (fetching each variant is a duplicate fetch).
 TRACKING_PARAMS = frozenset({"gclid", "dclid", "gbraid", "wbraid", "fbclid", "msclkid", "yclid", "igshid",
                              "mc_cid", "mc_eid", "_ga", "_gl", "_hsenc", "_hsmi", "mkt_tok"})
 
 
-@lru_cache(maxsize=200_000)
+# Navigation links repeat on every page of a site. Bounded by bytes too: a site of 2 KB URLs
+# would otherwise hold 200k x 4 KB per worker.
+_canonical_cache: LRU[str, str] = LRU(process_limit("canonical_cache_size"), process_limit("canonical_cache_bytes"),
+                                      sizeof=str_size)
+
+
 def canonicalize(url: str, max_length: int = 2048) -> str:
     """Canonical form: lower-case scheme and host, no default port, no dot segments, sorted
     query, no fragment, percent-encoding normalised. Raises BadURL for what cannot be fetched.
-
-    Cached because navigation links repeat on every page of a site.
     """
+    out = _canonical_cache.get(url)
+    # A hit from a call with a larger limit is only good if it passes this one's checks.
+    if out is not None and len(out) <= max_length and len(url) <= max_length:
+        return out
+    out = _canonical(url, max_length)
+    _canonical_cache.put(url, out)
+    return out
+
+
+def _canonical(url: str, max_length: int) -> str:
     url = url.strip()
     if len(url) > max_length:
         raise BadURL(f"URL longer than {max_length} characters")
@@ -37,20 +55,22 @@ def canonicalize(url: str, max_length: int = 2048) -> str:
         parts = urlsplit(url)
         scheme = parts.scheme.lower()
         if scheme not in _DEFAULT_PORTS:
-            raise BadURL(f"scheme {scheme or '(none)'!r} is not http or https")
+            raise BadURL(f"scheme {shown(scheme) if scheme else '(none)'} is not http or https")
         host = parts.hostname
         port = parts.port
     except ValueError as exc:
         raise BadURL(str(exc)) from exc
     if not host:
         raise BadURL("URL has no host")
+    if "[" in parts.netloc.rsplit("@", 1)[-1]:
+        _check_ip_literal(host)
     if ":" not in host and not _HOST_RE.match(host):
         try:
             host = host.encode("idna").decode("ascii")
         except UnicodeError as exc:
-            raise BadURL(f"invalid host {host!r}") from exc
+            raise BadURL(f"invalid host {shown(host)}") from exc
         if not _HOST_RE.match(host):
-            raise BadURL(f"invalid host {host!r}")
+            raise BadURL(f"invalid host {shown(host)}")
     netloc = f"[{host}]" if ":" in host else host
     if port is not None and port != _DEFAULT_PORTS[scheme]:
         netloc = f"{netloc}:{port}"
@@ -64,7 +84,24 @@ def canonicalize(url: str, max_length: int = 2048) -> str:
         out = strip_tracking(out)
     if len(out) > max_length:
         raise BadURL(f"URL longer than {max_length} characters")
+    bad = _UNSAFE_RE.search(out)
+    if bad:
+        raise BadURL(f"URL holds whitespace or a control character ({bad.group()!r})")
     return out
+
+
+def _check_ip_literal(host: str) -> None:
+    """A bracketed host must be a plain IPv6 address: an IPvFuture literal (``[v1.x]``) names
+    nothing we can connect to and may hold any character, and a zone id (``%25eth0``) names an
+    interface of whichever machine reads it."""
+    if host[:1] in ("v", "V"):
+        raise BadURL(f"IPvFuture host {shown(host, 60)} is not supported")
+    if "%" in host:
+        raise BadURL("IPv6 zone ids are not allowed in URLs")
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError as exc:
+        raise BadURL(f"invalid IPv6 host {shown(host, 60)}") from exc
 
 
 def strip_tracking(url: str) -> str:
@@ -111,6 +148,16 @@ def repeated_segments(url: str) -> int:
     relative-link loop that makes ever-longer URLs for the same pages."""
     segments = [s for s in urlsplit(url).path.split("/") if s]
     return max((segments.count(s) for s in set(segments)), default=0)
+
+
+def query_variant(url: str, of: str) -> bool:
+    """True if two canonical URLs name the same scheme, host and path and differ only in their
+    query (``/s?sid=1`` and ``/s?sid=2``, or ``/s`` and ``/s?sid=2``): the shape of a session-id
+    or sort-order trap."""
+    if url == of:
+        return False
+    a, b = url.split("?", 1)[0], of.split("?", 1)[0]
+    return a == b
 
 
 def in_scope(url: str, allowed: frozenset[str]) -> bool:

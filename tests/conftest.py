@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import itertools
 import os
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -27,6 +29,12 @@ TEST_NETWORKS = "127.0.0.1/32,127.0.1.0/24,127.0.2.0/24,127.0.4.0/24"
 @pytest.fixture(autouse=True)
 def _test_networks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CRAWLER_ALLOW_NETWORKS", TEST_NETWORKS)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    from crawler.redis_server import find_redis_server
+
+    return f"private Redis servers: {find_redis_server()} (CRAWLER_REDIS_SERVER picks another)"
 
 
 @pytest.fixture(scope="session")
@@ -121,6 +129,16 @@ def workers(redis_url: str, tmp_path: Path) -> Iterator[Workers]:
     w.stop()
 
 
+def rows_by_url(db: Path) -> dict[str, dict[str, Any]]:
+    """Every row of an SQLite store's pages table, by URL."""
+    conn = sqlite3.connect(db)
+    conn.row_factory = sqlite3.Row
+    try:
+        return {r["url"]: dict(r) for r in conn.execute("SELECT * FROM pages")}
+    finally:
+        conn.close()
+
+
 def wait_done(client: redis.Redis, job_id: str, timeout: float = 90.0) -> dict[str, object]:
     from crawler import jobs
 
@@ -133,26 +151,44 @@ def wait_done(client: redis.Redis, job_id: str, timeout: float = 90.0) -> dict[s
     raise TimeoutError(f"job {job_id} not done after {timeout}s: {jobs.status(client, job_id)}")
 
 
-# A PostgreSQL server to create throwaway databases in (.ci/run starts one if none is running).
-POSTGRES_ADMIN = os.environ.get("CRAWLER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
+@pytest.fixture(scope="session")
+def postgres_admin() -> Iterator[str]:
+    """A PostgreSQL server to create throwaway databases in, as the superuser: the one
+    ``CRAWLER_TEST_POSTGRES`` names, else a private server per test process (never the machine's
+    5432), started on first use and stopped at the end of the session."""
+    external = os.environ.get("CRAWLER_TEST_POSTGRES", "")
+    if external:
+        yield external
+        return
+    from crawler.pg_server import PgServer
+
+    with PgServer() as server:
+        yield server.admin_url
 
 
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A fresh PostgreSQL database for one test, dropped afterwards."""
+def fresh_database(admin_url: str) -> str:
+    """A new empty database on the server of ``admin_url``; its URL."""
     import uuid
 
     import psycopg
 
     name = f"crawler_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
+    with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(f"CREATE DATABASE {name}")
-    base = POSTGRES_ADMIN.rsplit("/", 1)[0]
+    return f"{admin_url.rsplit('/', 1)[0]}/{name}"
+
+
+@pytest.fixture
+def pg_url(postgres_admin: str) -> Iterator[str]:
+    """A fresh PostgreSQL database for one test, dropped afterwards."""
+    import psycopg
+
+    url = fresh_database(postgres_admin)
     try:
-        yield f"{base}/{name}"
+        yield url
     finally:
-        with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        with psycopg.connect(postgres_admin, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]} WITH (FORCE)")
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

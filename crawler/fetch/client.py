@@ -2,14 +2,18 @@
 
 ``Fetcher.fetch_many(urls)`` is the seam: the pipeline and tests can plug in another one. The
 HTTP implementation follows redirects itself (each hop recorded, loops and chains past the cap
-named), reads at most ``max_body`` decoded bytes (so a compressed bomb stops while inflating),
-and puts one deadline over the whole request so a trickling server cannot hold a slot.
+named), reads at most ``max_body`` decoded bytes, decoding the raw stream in bounded steps (so a
+compression bomb costs about ``max_body`` of memory, not its inflated size), puts one deadline
+over the whole request so a trickling server cannot hold a slot, and keeps no cookies: the client
+is shared by every job in the process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
+import logging
 import os
 import ssl
 import time
@@ -23,11 +27,16 @@ import httpcore
 import httpx
 
 from crawler import errors
+from crawler.fetch import decoding
+from crawler.fetch.cookies import NoCookies
 from crawler.fetch.netguard import GuardedBackend, NetworkGuard, Resolver, parse_networks
+from crawler.lru import LRU
 from crawler.parse.html import is_html
+from crawler.settings import process_limit
 from crawler.urls import canonicalize
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -201,15 +210,27 @@ def _peer_ip(response: httpx.Response) -> str:
 
 
 async def _read_capped(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        if size + len(chunk) > limit:
-            chunks.append(chunk[: limit - size])
-            return b"".join(chunks), True
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks), False
+    """At most ``limit`` decoded bytes, and whether the body was cut. Decoded here from the raw
+    stream, never by httpx, which inflates a whole network chunk before anyone may stop it."""
+    decoder = decoding.decoder(response.headers.get_list("content-encoding", split_commas=True))
+    # Compressed input that decodes to (almost) nothing, such as brotli metadata blocks or empty
+    # gzip members, is still download the cap should stop; real compressed bodies stay far below.
+    raw_cap = 2 * limit + decoding.STEP
+    # BytesIO, not a list to join or a bytearray to copy: its getvalue() hands over its own
+    # buffer, so a body costs its size once, not twice.
+    body = io.BytesIO()
+    size = raw = 0
+    async for chunk in response.aiter_raw():
+        raw += len(chunk)
+        decoder.feed(chunk)
+        while out := decoder.read(min(decoding.STEP, limit - size + 1)):
+            if size + len(out) > limit:
+                body.write(out[: limit - size])
+                return body.getvalue(), True
+            size += body.write(out)
+        if raw > raw_cap:
+            return body.getvalue(), True
+    return body.getvalue(), False
 
 
 class OriginPools:
@@ -274,25 +295,37 @@ def new_client(config: FetchConfig) -> httpx.AsyncClient:
     guard = NetworkGuard(parse_networks(config.allow_networks))
     resolver = Resolver(ttl=config.dns_ttl, overrides=dict(config.resolve))
     # trust_env=False: proxy variables from the environment must never redirect crawl traffic.
-    return httpx.AsyncClient(follow_redirects=False, trust_env=False,
+    return httpx.AsyncClient(follow_redirects=False, trust_env=False, cookies=NoCookies(),
+                             headers={"Accept-Encoding": decoding.ACCEPT_ENCODING},
                              transport=GuardedTransport(GuardedBackend(guard, resolver)))
 
 
 class Runtime:
     """One event loop per process and one HTTP client per network policy, kept across tasks so
     connections are reused; rebuilt after a fork. Jobs with different guard settings never
-    share a pooled connection."""
+    share a pooled connection. At most ``max_clients`` are kept: the least recently used is
+    closed (its pools and sockets) on this loop when another policy needs room."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_clients: int | None = None) -> None:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
-        self._fetchers: dict[tuple[object, ...], HttpFetcher] = {}
+        limit = max_clients if max_clients is not None else process_limit("http_clients")
+        self._fetchers: LRU[tuple[object, ...], HttpFetcher] = LRU(limit, on_evict=self._close)
 
     def fetcher(self, config: FetchConfig) -> HttpFetcher:
         f = self._fetchers.get(config.network_key)
         if f is None:
-            f = self._fetchers[config.network_key] = HttpFetcher(self.run(_make_client(config)))
+            f = HttpFetcher(self.run(_make_client(config)))
+            self._fetchers.put(config.network_key, f)
         return f
+
+    def _close(self, _key: tuple[object, ...], fetcher: HttpFetcher) -> None:
+        # Called from fetcher(), outside the loop: tasks run one at a time per process, so the
+        # evicted client has no request in flight.
+        try:
+            self.run(fetcher.client.aclose())
+        except Exception:  # its sockets go with it anyway; the task that needs room goes on
+            log.warning("closing an evicted HTTP client failed", exc_info=True)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coro)

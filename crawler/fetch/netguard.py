@@ -1,4 +1,4 @@
-"""The network guard: no connection to loopback, private, link-local, carrier-grade NAT,
+"""The network guard: no connection to loopback, private, link-local, site-local, carrier-grade NAT,
 multicast or reserved addresses (IPv4 and IPv6, including IPv4 embedded in IPv6) unless a
 network is explicitly allowed.
 
@@ -30,6 +30,26 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _6TO4 = ipaddress.ip_network("2002::/16")
 
+# Never contacted unless allowed. Spelled out rather than taken from ``ipaddress``'s
+# ``is_global``/``is_private`` tables, which differ between Python releases (3.11.10 and 3.12.4
+# made parts of 2001::/23 global; none knows fec0::/10 as non-public). Tests pin this list.
+DENIED_NETWORKS: tuple[IPNetwork, ...] = tuple(ipaddress.ip_network(n) for n in (
+    # IPv4: "this network", private, CGNAT, loopback, link-local, IETF protocol assignments,
+    # documentation, benchmarking, multicast, reserved and broadcast.
+    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
+    "192.0.0.0/24", "192.0.2.0/24", "192.168.0.0/16", "198.18.0.0/15", "198.51.100.0/24",
+    "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
+    # IPv6: everything outside 2000::/3 (unspecified, loopback, v4-compatible, discard, ULA,
+    # link-local, the deprecated site-local fec0::/10, multicast, unassigned), and inside it the
+    # IETF protocol block, documentation (old and RFC 9637's). 64:ff9b::/96, ::ffff:0:0/96 and
+    # 2002::/16 are judged by the IPv4 address they carry, before this list.
+    "::/8", "100::/8", "200::/7", "400::/6", "800::/5", "1000::/4",
+    "4000::/3", "6000::/3", "8000::/3", "a000::/3", "c000::/3", "e000::/4", "f000::/5", "f800::/6",
+    "fc00::/7", "fe00::/9", "fe80::/10", "fec0::/10", "ff00::/8",
+    "2001::/23", "2001:db8::/32", "3fff::/20",
+))
+_DENIED = {v: [n for n in DENIED_NETWORKS if n.version == v] for v in (4, 6)}
+
 
 def parse_networks(specs: Iterable[str]) -> list[IPNetwork]:
     """CIDRs (``127.0.1.0/24``) or single addresses; a clear error names a bad one."""
@@ -57,7 +77,7 @@ def is_public(ip: IPAddress) -> bool:
     inner = _embedded_v4(ip)
     if inner is not None:
         return is_public(inner)
-    return ip.is_global and not ip.is_multicast and not ip.is_reserved
+    return not any(ip in net for net in _DENIED[ip.version])
 
 
 class NetworkGuard:

@@ -4,21 +4,30 @@ every worker, and sitemaps.
 Outcomes: 2xx is parsed; 4xx (and a redirect chain past 5 hops) means no rules, allow all; 5xx or
 no answer means disallow the whole origin for now, and the fetch is retried after
 ``robots_retry`` seconds.
+
+Jobs differ in what their fetches may reach (allowed networks, fixed DNS answers), so the answer
+for one origin differs too: entries are kept per origin and per such network policy, and a
+refusal by our own guard (``blocked_network``) is never kept at all, only used for the batch that
+met it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import zlib
-from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 from lxml import etree
 from protego import Protego
 from redis import Redis
+
+from crawler.fetch.netguard import parse_networks
+from crawler.lru import ENTRY_OVERHEAD, LRU
 
 ROBOTS_MAX_BYTES = 500_000  # RFC 9309 asks crawlers to read at least 500 KiB
 SITEMAP_MAX_BYTES = 10_000_000
@@ -30,8 +39,32 @@ def origin_of(url: str) -> str:
     return f"{p.scheme}://{p.netloc}"
 
 
-def robots_key(origin: str) -> str:
-    return f"c:robots:{origin}"
+# Outcomes that are our own verdict on the request, not the origin's answer: another job, or
+# this one once its settings change, may be allowed what this one was refused.
+NOT_CACHED = frozenset({"blocked_network", "bad_url", "internal"})
+
+
+@lru_cache(maxsize=256)  # a few policies per worker; the key is the policy itself
+def robots_scope(allow_networks: tuple[str, ...], resolve: tuple[tuple[str, str], ...]) -> str:
+    """A short digest of what decides which server answers for an origin: the networks the
+    guard lets through and the fixed DNS answers (all of them, since a robots.txt may redirect
+    to any host). Jobs with the same policy share entries; others never see them."""
+    nets = sorted({str(n) for n in parse_networks(allow_networks)})
+    fixed = sorted({(host.strip().lower(), ip.strip()) for host, ip in resolve})
+    if not nets and not fixed:
+        return "public"
+    return hashlib.sha256(json.dumps([nets, fixed]).encode()).hexdigest()[:16]
+
+
+def robots_key(origin: str, scope: str) -> str:
+    return f"c:robots:{scope}:{origin}"
+
+
+def policy_size(key: str, policy: RobotsPolicy) -> int:
+    """Bytes a parsed policy holds, erring high: protego keeps ~200-400 bytes per rule line and
+    ~1.5 KB more per wildcard rule (its compiled pattern), measured with tracemalloc."""
+    body = policy.body
+    return ENTRY_OVERHEAD + len(key) + len(body) + 400 * body.count("\n") + 1500 * body.count("*")
 
 
 @dataclass
@@ -84,51 +117,47 @@ class RobotsPolicy:
 
 
 class RobotsCache:
-    """Policies by origin: a per-process copy in front of the shared Redis entries."""
+    """Policies by origin and network policy (``robots_scope``): a per-process copy, bounded by
+    count and bytes, in front of the shared Redis entries."""
 
-    def __init__(self, redis: Redis, size: int = 10_000) -> None:
+    def __init__(self, redis: Redis, size: int = 10_000, max_bytes: int = 64_000_000) -> None:
         self.redis = redis
-        self.size = size
-        self._local: OrderedDict[str, RobotsPolicy] = OrderedDict()
+        self._local: LRU[str, RobotsPolicy] = LRU(size, max_bytes, sizeof=policy_size)
 
-    def lookup(self, origins: Iterable[str], now: float | None = None) -> dict[str, RobotsPolicy]:
+    def lookup(self, origins: Iterable[str], scope: str, now: float | None = None) -> dict[str, RobotsPolicy]:
         now = time.time() if now is None else now
         found: dict[str, RobotsPolicy] = {}
         ask = []
         for o in origins:
-            p = self._local.get(o)
+            p = self._local.get(robots_key(o, scope))
             if p is not None and p.expires > now:
                 found[o] = p
             else:
                 ask.append(o)
         if ask:
-            for o, raw in zip(ask, self.redis.mget([robots_key(o) for o in ask]), strict=True):
+            for o, raw in zip(ask, self.redis.mget([robots_key(o, scope) for o in ask]), strict=True):
                 if raw is not None:
                     p = RobotsPolicy.loads(raw)
-                    if p.expires > now:
+                    if p.expires > now and p.error not in NOT_CACHED:
                         found[o] = p
-                        self._remember(o, p)
+                        self._local.put(robots_key(o, scope), p)
         return found
 
-    def local(self, origin: str) -> RobotsPolicy | None:
-        p = self._local.get(origin)
+    def local(self, origin: str, scope: str) -> RobotsPolicy | None:
+        p = self._local.get(robots_key(origin, scope))
         return p if p is not None and p.expires > time.time() else None
 
-    def save(self, policies: dict[str, RobotsPolicy]) -> None:
-        if not policies:
+    def save(self, policies: dict[str, RobotsPolicy], scope: str) -> None:
+        keep = {o: p for o, p in policies.items() if p.error not in NOT_CACHED}
+        if not keep:
             return
         pipe = self.redis.pipeline(transaction=False)
         now = time.time()
-        for o, p in policies.items():
-            pipe.set(robots_key(o), p.dumps(), ex=max(1, int(p.expires - now + 1)))
-            self._remember(o, p)
+        for o, p in keep.items():
+            key = robots_key(o, scope)
+            pipe.set(key, p.dumps(), ex=max(1, int(p.expires - now + 1)))
+            self._local.put(key, p)
         pipe.execute()
-
-    def _remember(self, origin: str, policy: RobotsPolicy) -> None:
-        self._local[origin] = policy
-        self._local.move_to_end(origin)
-        while len(self._local) > self.size:
-            self._local.popitem(last=False)
 
 
 def policy_from_fetch(status: int | None, body: bytes, error: str | None, *, ttl: float,

@@ -16,6 +16,7 @@ from typing import Any
 
 from redis import Redis
 
+from crawler import liveshards
 from crawler.frontier import keys, lua
 from crawler.frontier.entry import Entry
 from crawler.sharding import shard_of_url
@@ -72,6 +73,7 @@ class Frontier:
         self._admit = redis.register_script(lua.ADMIT)
         self._dispatch = redis.register_script(lua.DISPATCH)
         self._begin = redis.register_script(lua.BEGIN)
+        self._renew = redis.register_script(lua.RENEW)
         self._fetched = redis.register_script(lua.FETCHED)
         self._release = redis.register_script(lua.RELEASE)
         self._reap = redis.register_script(lua.REAP)
@@ -79,7 +81,7 @@ class Frontier:
 
     def admit(self, job: str, entries: Sequence[Entry], shards: int, *, token: str = "",
               budget: int = 0, max_depth: int = 0, host_budget: int = 0, trusted: bool = False,
-              now: float | None = None) -> list[str]:
+              now: float | None = None, part: int | None = None, last: bool = True) -> list[str]:
         """Queue the entries whose canonical URL this job has not seen; return those URLs.
 
         ``token`` names a link batch registered with ``expect``; a batch admitted once is
@@ -87,12 +89,21 @@ class Frontier:
         ``max_depth`` (0: none) lets a URL found again by a shorter path be expanded again.
         ``host_budget`` caps the URLs admitted per host (0: none). ``trusted``: the entries were
         judged new already (by the Bloom filter); the exact seen hash is skipped.
+        ``part``: these entries are part ``part`` of the batch ``token``, in parts of the same
+        composition each time it is delivered; each is admitted once, and the ``last`` one,
+        called after all the others, ends the batch.
         """
         args: list[str | int | float] = [keys.prefix(job), job, token, now or time.time(), budget, max_depth,
-                                         host_budget, int(trusted)]
+                                         host_budget, int(trusted), "" if part is None else part, int(last)]
+        # Hosts of a shard that is down queue on its backup (a stale view is swept: rebalance).
+        down = liveshards.down(self.redis, shards)
         for e in entries:
-            args += [e.url, host_key(e.url), shard_of_url(e.url, shards), e.encode()]
+            args += [e.url, host_key(e.url), shard_of_url(e.url, shards, down), e.encode()]
         return [u.decode() for u in self._admit(args=args)]
+
+    def pending(self, job: str, token: str) -> bool:
+        """Whether link batch ``token`` is registered and not yet wholly admitted."""
+        return self.redis.zscore(keys.prefix(job) + "pend", token) is not None
 
     def expect(self, job: str, batches: Mapping[str, Any] | Sequence[str], lease_timeout: float = 60.0) -> None:
         """Register link batches on their way to dedup, so the job is not done before them.
@@ -144,6 +155,15 @@ class Frontier:
             return []
         res = self._begin(args=[keys.prefix(job), job, time.time() + lease_timeout, *_flat(leases)])
         return [bool(r) for r in res]
+
+    def renew(self, job: str, leases: Sequence[Lease], lease_timeout: float, *, extra: float = 0.0) -> int:
+        """Keep the leases this holder still owns (fetched or not) for ``lease_timeout`` more
+        seconds, plus ``extra`` (a store retry's wait), so pages that parse and store are
+        holding do not expire back to the frontier. Never shortens a lease. Returns how many."""
+        if not leases:
+            return 0
+        deadline = time.time() + lease_timeout + extra
+        return int(self._renew(args=[keys.prefix(job), job, deadline, *_flat(leases)]))
 
     def fetched(self, job: str, done: Sequence[Fetched], *, lease_timeout: float, delay: float,
                 pipe: object | None = None) -> None:

@@ -10,17 +10,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
 from celery import bootsteps
 
-from crawler import jobs
+from crawler import jobs, liveshards, takeover
 from crawler.frontier import keys
 from crawler.frontier.core import Frontier
+from crawler.liveshards import LiveSet
 from crawler.rebalance import rebalance_if_changed
-from crawler.sharding import shard_of_queue
+from crawler.redisconn import block_timeout, check_version, connect
+from crawler.settings import Settings
+from crawler.sharding import shard_of_queue, standby
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +34,7 @@ SendFailed = Callable[[str, int, str, list[str]], None]
 SendLinks = Callable[[str, int, str, list[Any]], None]  # (job, shard, link token, links)
 
 IDLE_WAIT = 1.0  # longest sleep while jobs run: bounds how late an expired lease is noticed
-IDLE_SLEEP = 10.0  # sleep with no job running; admissions wake it at once, this bounds a lost wake
+IDLE_SLEEP = 5.0  # sleep with no job running; admissions wake it at once, this bounds a lost wake
 BUSY_WAIT = 0.05  # poll interval while a job's concurrency is spent
 LINGER = 0.005  # after a wake, let more completions arrive so batches fill
 REAP_EVERY = 1.0
@@ -44,23 +48,46 @@ def min_free(concurrency: int, fetch_batch: int) -> int:
 
 class Dispatcher:
     def __init__(self, client: redis.Redis, shards: Sequence[int], send_fetch: SendFetch,
-                 send_failed: SendFailed, send_links: SendLinks | None = None) -> None:
+                 send_failed: SendFailed, send_links: SendLinks | None = None, *,
+                 takeover_after: int = 0) -> None:
         self.redis = client
+        self.takeover_after = takeover_after  # 0: this dispatcher never decides a takeover
         self.frontier = Frontier(client)
         self.shards = list(shards)
         self.send_fetch = send_fetch
         self.send_failed = send_failed
         self.send_links = send_links
         self._stop = threading.Event()
+        # A list of this dispatcher's own, so stop() ends its blocking wait at once.
+        self._own_wake = keys.wake_one(uuid.uuid4().hex[:12])
         self._last_reap: dict[str, float] = {}
+        self._last_check = 0.0
+        self.live = LiveSet()
+
+    def _check_live(self, now: float) -> None:
+        change = takeover.check(self.redis, self.takeover_after, now)
+        if change is not None:
+            for s in change.down:
+                log.warning("shard %d taken over: every worker of it silent for %d heartbeats; its hosts "
+                            "go to their runner-up shards", s, self.takeover_after)
+            for s in change.up:
+                log.warning("shard %d is live again: its hosts move back to it", s)
+        self.live = change.live if change is not None else liveshards.read(self.redis)
 
     def tick(self, now: float | None = None) -> float:
         """Dispatch everything due now; return how long to wait before the next tick."""
         now = time.time() if now is None else now
+        if now - self._last_check >= REAP_EVERY:
+            self._last_check = now
+            self._check_live(now)
         active = jobs.active(self.redis)
         if not active:
             return IDLE_SLEEP  # sleep on the wake lists: the next job or cycle pushes a wake
         wake_at = now + IDLE_WAIT
+        if len(self._last_reap) > len(active):
+            # Finished jobs' entries go, or a worker serving job after job keeps them all.
+            keep = set(active)
+            self._last_reap = {j: t for j, t in self._last_reap.items() if j in keep}
         for job_id in active:
             try:
                 job = jobs.load(self.redis, job_id)
@@ -69,12 +96,13 @@ class Dispatcher:
             s = job.settings
             if now - self._last_reap.get(job_id, 0.0) >= REAP_EVERY:
                 self._last_reap[job_id] = now
-                self._reap(job_id, s.delay, s.max_attempts, now)
-                self._resend_links(job_id, s.lease_timeout, s.shards, now)
-                moved = rebalance_if_changed(self.redis, job_id, s.shards, now)
+                # Placement first: leases rewritten by it expire straight onto the serving shard.
+                moved = rebalance_if_changed(self.redis, job_id, s.shards, now, self.live)
                 if moved and (moved.records or moved.messages):
                     log.warning("job %s: shard change settling: %d records, %d messages moved",
                                 job_id, moved.records, moved.messages)
+                self._reap(job_id, s.delay, s.max_attempts, now)
+                self._resend_links(job_id, s.lease_timeout, s.shards, now)
             due = self.frontier.promote(job_id, now=now)
             if due is not None:
                 wake_at = min(wake_at, due)
@@ -98,7 +126,10 @@ class Dispatcher:
         if reaped.returned:
             log.warning("job %s: %d leases expired and went back to their host queues", job_id, reaped.returned)
         by_shard: dict[int, list[str]] = {}
+        shards = jobs.load(self.redis, job_id).settings.shards
+        down = self.live.shards(shards)
         for entry, shard in reaped.abandoned:
+            shard = standby(shard, shards, down)
             by_shard.setdefault(shard, []).append(entry.encode())
         for shard, entries in by_shard.items():
             log.error("job %s: %d URLs expired %d times; storing them as failed", job_id, len(entries), max_attempts)
@@ -108,17 +139,18 @@ class Dispatcher:
         if self.send_links is None:
             return
         for token, links in self.frontier.overdue_links(job_id, lease_timeout, now):
-            shard = int(token.rsplit(":", 1)[1])
-            shard = shard if shard < shards else 0  # the shard went away meanwhile: any may admit
+            # The shard went away or is down meanwhile: any live one may admit.
+            shard = standby(int(token.rsplit(":", 1)[1]), shards, self.live.shards(shards))
             log.warning("job %s: link batch %s not admitted in time; sending it again", job_id, token)
             self.send_links(job_id, shard, token, links)
 
     def run(self) -> None:
-        wake_keys = [keys.wake(s) for s in self.shards]
+        wake_keys = [keys.wake(s) for s in self.shards] + [self._own_wake]
         while not self._stop.is_set():
             try:
                 wait = self.tick()
-                if wait > 0 and self.redis.blpop(wake_keys, timeout=wait):
+                # Never a fraction Redis 6.2 reads as "for ever", never past the socket timeout.
+                if wait > 0 and self.redis.blpop(wake_keys, timeout=block_timeout(wait)):
                     time.sleep(LINGER)
             except redis.RedisError as exc:
                 log.warning("dispatcher: redis unavailable (%s); retrying", exc)
@@ -129,6 +161,13 @@ class Dispatcher:
 
     def stop(self) -> None:
         self._stop.set()
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.lpush(self._own_wake, "1")
+            pipe.expire(self._own_wake, 60)
+            pipe.execute()
+        except redis.RedisError:
+            pass  # Redis is gone: the wait ends by itself within MAX_BLOCK
 
 
 class DispatcherStep(bootsteps.StartStopStep):
@@ -144,7 +183,7 @@ class DispatcherStep(bootsteps.StartStopStep):
     def start(self, worker: Any) -> None:
         from crawler.app import redis_url
         from crawler.pipeline import failed_page
-        from crawler.tasks import dedup, fetch, send, store
+        from crawler.tasks import dedup, fetch, send, send_shared, store
 
         names = list(worker.app.amqp.queues.consume_from)
         shards = sorted({s for s in (shard_of_queue(n) for n in names) if s is not None})
@@ -156,13 +195,19 @@ class DispatcherStep(bootsteps.StartStopStep):
             send(fetch, shard, job_id, shard, token, entries)
 
         def send_failed(job_id: str, shard: int, token: str, entries: list[str]) -> None:
-            send(store, shard, job_id, shard, token, [failed_page(e, "lease_expired") for e in entries])
+            send_shared(store, job_id, shard, token, [failed_page(e, "lease_expired") for e in entries])
 
         def send_links(job_id: str, shard: int, token: str, links: list[Any]) -> None:
             send(dedup, shard, job_id, token, links)
 
-        client = redis.Redis.from_url(redis_url(), health_check_interval=30)
-        self.dispatcher = Dispatcher(client, shards, send_fetch, send_failed, send_links)
+        client = connect(redis_url())
+        check_version(client)
+        # Only a worker that heartbeats itself judges others' silence (``--without-heartbeat``
+        # workers cannot tell a dead shard from one whose workers are quiet like them).
+        beats = not (getattr(worker, "options", None) or {}).get("without_heartbeat", False)
+        takeover_after = Settings.from_env().takeover_after if beats else 0
+        self.dispatcher = Dispatcher(client, shards, send_fetch, send_failed, send_links,
+                                     takeover_after=takeover_after)
         self.thread = threading.Thread(target=self.dispatcher.run, name="crawler-dispatcher", daemon=True)
         self.thread.start()
         log.info("dispatcher started for shards %s", shards)

@@ -19,6 +19,11 @@ def counters(job: str) -> str:
     return prefix(job) + "cnt"
 
 
+def store_error(job: str) -> str:
+    """The job's store error while it lasts (crawler.storeretry)."""
+    return prefix(job) + "storeerr"
+
+
 def seen(job: str) -> str:
     return prefix(job) + "seen"
 
@@ -56,6 +61,11 @@ def wake(shard: int) -> str:
     return f"c:wake:{shard}"
 
 
+def wake_one(dispatcher: str) -> str:
+    """One dispatcher's own wake list (pushed when it is told to stop)."""
+    return f"c:wake:d:{dispatcher}"
+
+
 PERIODIC = "c:periodic"  # ids of periodic jobs, for the beat's cycle check
 BEAT_LOCK = "c:beat:lock"  # held by the one beat allowed to send periodic tasks
 BEAT_TICKS = "c:beat:ticks"  # cycle checks run, for status and tests
@@ -66,3 +76,4 @@ def cycle(job: str, number: int | str) -> str:
     return prefix(job) + f"cyc:{number}"
 NODES = "c:nodes"  # node name -> its latest heartbeat figures (crawler.nodes)
 NODE_FETCHED = "c:nodes:fetched"  # node name -> pages it has fetched
+SHARDS_DOWN = "c:shards:down"  # shards whose hosts their backups serve (crawler.liveshards)

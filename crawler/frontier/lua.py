@@ -2,7 +2,8 @@
 leased once, and returned exactly once, whatever number of workers run them at the same time.
 
 Conventions: ARGV[1] is the job's key prefix (``c:{job}:``) and ARGV[2] the job id. An entry is
-``"depth attempts url referrer"``. A lease is the hash field
+``"depth attempts n url referrer"`` (``crawler.frontier.entry``: the URL is its ``n`` bytes, read
+by ``entry_url``), always the last field of the records that hold one. A lease is the hash field
 ``lease[url] = "token stage shard host ipkey entry"``, stage ``f`` while fetching and ``d`` once
 fetched; ``lexp`` holds its expiry. ``ipkey`` is the host's address once a fetch has learnt it
 (``ip[host]``), else ``h:<host>``: hosts on one address share ``ipinf[ipkey]``, and a host waiting
@@ -16,7 +17,10 @@ page budget dropped it, ``s`` if a periodic job's cycle skips it as not due for 
 ``max_depth`` holds exactly even when a URL is first found by a longer path. ``cnt.open`` counts
 URLs admitted and not yet stored; ``pend`` holds the tokens of link batches on their way to
 dedup, scored by when to send them again (``pendb`` keeps their links). A job is done when both
-are empty (a periodic job then waits for its next cycle).
+are empty (a periodic job then waits for its next cycle). ``cnt.inflight`` counts leases in stage
+``f`` (requests under way) and ``cnt.held`` those in stage ``d`` (fetched, waiting for parse and
+store); both count against the job's concurrency, so a store that is down or slow stops dispatch
+instead of piling up fetched pages whose leases run out.
 """
 
 from __future__ import annotations
@@ -96,6 +100,14 @@ end
 local function entry_depth(e)
   return tonumber(string.match(e, '^(%d+)'))
 end
+-- An entry is "depth attempts n url referrer": the URL is the n bytes after the third space,
+-- whatever they hold. An entry from before n was added has the URL third (it starts with a
+-- letter), up to the next space.
+local function entry_url(e)
+  local n, at = string.match(e, '^%d+ %d+ (%d+) ()')
+  if n then return string.sub(e, at, at + tonumber(n) - 1) end
+  return string.match(e, '^%d+ %d+ (%S+)')
+end
 local function with_depth(e, d)
   return d .. string.sub(e, #string.match(e, '^(%d+)') + 1)
 end
@@ -112,17 +124,31 @@ local function parse_lease(l)
 end
 """
 
-# ARGV: prefix, job, token, now, budget, max_depth, host_budget, trusted, then (url, host, shard,
-# entry). ``trusted`` = 1: the URLs were judged new already (by the Bloom filter), so the exact
-# seen hash is neither read nor written.
+# ARGV: prefix, job, token, now, budget, max_depth, host_budget, trusted, part, last, then (url,
+# host, shard, entry). ``trusted`` = 1: the URLs were judged new already (by the Bloom filter), so
+# the exact seen hash is neither read nor written. A big link batch is admitted in parts, one call
+# each, so no call holds Redis for long: ``part`` (0, 1, ...; '' for a batch in one call) is
+# recorded in ``pendc:<token>`` so a redelivered batch skips the parts admitted already, and the
+# ``last`` part ('1') ends the batch, as a whole batch does.
 ADMIT = _HELPERS + """
 local token, now, budget, maxd = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local host_budget, trusted = tonumber(ARGV[7]), ARGV[8] == '1'
+local part, last = ARGV[9], ARGV[10] == '1'
 if token ~= '' then
-  if redis.call('ZREM', P .. 'pend', token) == 0 then
-    return {}  -- this link batch was admitted before: a redelivery
+  if part ~= '' and not last then
+    if not redis.call('ZSCORE', P .. 'pend', token) then
+      return {}  -- the whole batch was admitted before
+    end
+    if redis.call('SADD', P .. 'pendc:' .. token, part) == 0 then
+      return {}  -- this part was admitted before: a redelivery
+    end
+  else
+    if redis.call('ZREM', P .. 'pend', token) == 0 then
+      return {}  -- this link batch was admitted before: a redelivery
+    end
+    redis.call('HDEL', P .. 'pendb', token)
+    redis.call('DEL', P .. 'pendc:' .. token)
   end
-  redis.call('HDEL', P .. 'pendb', token)
 end
 local status = redis.call('HGET', P .. 'meta', 'status')
 if status ~= 'running' and status ~= 'paused' and status ~= 'starting' then
@@ -132,7 +158,14 @@ end
 local cnt, seen = P .. 'cnt', P .. 'seen'
 local admitted = tonumber(redis.call('HGET', cnt, 'admitted') or '0')
 local new, dup, over, again, over_host = {}, 0, 0, 0, 0
-for i = 9, #ARGV, 4 do
+-- Pages per host, read once per host and written once per host at the end: a batch's URLs
+-- share few hosts, and the budget is on by default.
+local hostn, grew = {}, {}
+local function host_count(host)
+  if not hostn[host] then hostn[host] = tonumber(redis.call('HGET', P .. 'hostn', host) or '0') end
+  return hostn[host]
+end
+for i = 11, #ARGV, 4 do
   local url, host, shard, e = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local d = entry_depth(e)
   local cur = false
@@ -141,12 +174,15 @@ for i = 9, #ARGV, 4 do
     if budget > 0 and admitted >= budget then
       if not trusted then redis.call('HSET', seen, url, 'b') end
       over = over + 1
-    elseif host_budget > 0 and tonumber(redis.call('HGET', P .. 'hostn', host) or '0') >= host_budget then
+    elseif host_budget > 0 and host_count(host) >= host_budget then
       if not trusted then redis.call('HSET', seen, url, 'b') end
       over_host = over_host + 1
     else
       admitted = admitted + 1
-      if host_budget > 0 then redis.call('HINCRBY', P .. 'hostn', host, 1) end
+      if host_budget > 0 then
+        hostn[host] = hostn[host] + 1
+        grew[host] = (grew[host] or 0) + 1
+      end
       if not trusted then redis.call('HSET', seen, url, d) end
       requeue(host, shard, e, now)
       new[#new + 1] = url
@@ -171,6 +207,7 @@ for i = 9, #ARGV, 4 do
   end
 end
 redis.call('HSET', cnt, 'admitted', admitted)
+for host, n in pairs(grew) do redis.call('HINCRBY', P .. 'hostn', host, n) end
 if #new > 0 then redis.call('HINCRBY', cnt, 'open', #new) end
 if dup > 0 then redis.call('HINCRBY', cnt, 'duplicates', dup) end
 if over > 0 then redis.call('HINCRBY', cnt, 'dropped_max_pages', over) end
@@ -181,7 +218,8 @@ return new
 """
 
 # ARGV: prefix, job, shard, now, max_urls, per_host, delay, lease_deadline, token, concurrency,
-# per_ip, batch, min_free. With batch > 0 the k-th URL leased is leased under
+# per_ip, batch, min_free. Requests in flight and pages held for parse and store both count against
+# ``concurrency``. With batch > 0 the k-th URL leased is leased under
 # ``token.(k // batch)``: each fetch task gets a token of its own. While requests are in flight,
 # nothing goes until at least min_free slots are free: a finished task frees its slots at once,
 # and re-dispatching them one small task at a time would keep every later task as small (each
@@ -199,9 +237,9 @@ local out = {}
 local slots = -1
 if redis.call('HGET', P .. 'meta', 'status') == 'running' then
   local cnt = P .. 'cnt'
-  local inflight = tonumber(redis.call('HGET', cnt, 'inflight') or '0')
-  slots = math.min(max_urls, concurrency - inflight)
-  if inflight > 0 and slots < min_free then slots = 0 end
+  local busy = tonumber(redis.call('HGET', cnt, 'inflight') or '0') + tonumber(redis.call('HGET', cnt, 'held') or '0')
+  slots = math.min(max_urls, concurrency - busy)
+  if busy > 0 and slots < min_free then slots = 0 end
   local total = 0
   if slots > 0 then
     local hosts = redis.call('ZRANGEBYSCORE', rkey, '-inf', now, 'LIMIT', 0, slots)
@@ -219,7 +257,7 @@ if redis.call('HGET', P .. 'meta', 'status') == 'running' then
       while got < take do
         local e = redis.call('LPOP', qkey)
         if not e then break end
-        local url = string.match(e, '^%S+ %S+ (%S+)')
+        local url = entry_url(e)
         local best = tonumber(redis.call('HGET', P .. 'seen', url))
         if best and best < entry_depth(e) then e = with_depth(e, best) end
         local t = token
@@ -281,12 +319,29 @@ end
 return res
 """
 
+# ARGV: prefix, job, lease_deadline, then (url, token) pairs. Pushes the expiry of the leases this
+# holder still owns (either stage) out to the deadline, never earlier than it was: parse and store
+# renew the pages they hold, and a store waiting out an outage renews them past its next try.
+# Returns how many were renewed.
+RENEW = _HELPERS + """
+local deadline, n = tonumber(ARGV[3]), 0
+for i = 4, #ARGV, 2 do
+  local l = redis.call('HGET', P .. 'lease', ARGV[i])
+  if l and parse_lease(l) == ARGV[i + 1] then
+    local cur = tonumber(redis.call('ZSCORE', P .. 'lexp', ARGV[i]) or '0')
+    if deadline > cur then redis.call('ZADD', P .. 'lexp', deadline, ARGV[i]) end
+    n = n + 1
+  end
+end
+return n
+"""
+
 # ARGV: prefix, job, now, lease_deadline, delay, then (url, token, retry_at, ip) per request.
 # retry_at > 0 sends the URL to the retry set, due then, with one more attempt counted; ip, when
 # known, becomes the host's address for the per-address budget.
 FETCHED = _HELPERS + """
 local now, deadline, delay = tonumber(ARGV[3]), ARGV[4], ARGV[5]
-local n, retried = 0, 0
+local n, retried, held = 0, 0, 0
 for i = 6, #ARGV, 4 do
   local url, retry_at, ip = ARGV[i], tonumber(ARGV[i + 2]), ARGV[i + 3]
   local l = redis.call('HGET', P .. 'lease', url)
@@ -303,6 +358,7 @@ for i = 6, #ARGV, 4 do
       else
         redis.call('HSET', P .. 'lease', url, t .. ' d ' .. shard .. ' ' .. host .. ' ' .. ipk .. ' ' .. e)
         redis.call('ZADD', P .. 'lexp', deadline, url)
+        held = held + 1
       end
       release_slot(host, shard, ipk, now, delay)
       n = n + 1
@@ -310,6 +366,7 @@ for i = 6, #ARGV, 4 do
   end
 end
 if retried > 0 then redis.call('HINCRBY', P .. 'cnt', 'retried', retried) end
+if held > 0 then redis.call('HINCRBY', P .. 'cnt', 'held', held) end
 return n
 """
 
@@ -318,14 +375,14 @@ return n
 # goes back to its queue once more instead.
 RELEASE = _HELPERS + """
 local now, delay, maxd = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
-local n, again = 0, 0
+local n, again, held = 0, 0, 0
 for i = 6, #ARGV, 2 do
   local url = ARGV[i]
   local l = redis.call('HGET', P .. 'lease', url)
   if l then
     local t, st, shard, host, ipk, e = parse_lease(l)
     if t == ARGV[i + 1] then
-      if st == 'f' then release_slot(host, shard, ipk, now, delay) end
+      if st == 'f' then release_slot(host, shard, ipk, now, delay) else held = held + 1 end
       redis.call('HDEL', P .. 'lease', url)
       redis.call('ZREM', P .. 'lexp', url)
       local ed = entry_depth(e)
@@ -347,6 +404,7 @@ if n > 0 then
   redis.call('HINCRBY', P .. 'cnt', 'stored', n)
 end
 if again > 0 then redis.call('HINCRBY', P .. 'cnt', 'depth_requeued', again) end
+if held > 0 then redis.call('HINCRBY', P .. 'cnt', 'held', -held) end
 done_check(now)
 return n
 """
@@ -359,15 +417,16 @@ REAP = _HELPERS + """
 local now, delay, limit, max_attempts, token = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]),
   tonumber(ARGV[6]), ARGV[7]
 local urls = redis.call('ZRANGEBYSCORE', P .. 'lexp', '-inf', now, 'LIMIT', 0, limit)
-local back, gone = 0, {}
+local back, gone, held = 0, {}, 0
 for _, url in ipairs(urls) do
   local l = redis.call('HGET', P .. 'lease', url)
   redis.call('ZREM', P .. 'lexp', url)
   if l then
     local t, st, shard, host, ipk, e = parse_lease(l)
-    if st == 'f' then release_slot(host, shard, ipk, now, delay) end
+    if st == 'f' then release_slot(host, shard, ipk, now, delay) else held = held - 1 end
     local again, attempts = next_attempt(e)
     if attempts >= max_attempts then
+      held = held + 1  -- held again, for the failure to be stored
       redis.call('HSET', P .. 'lease', url, token .. ' d ' .. shard .. ' ' .. host .. ' ' .. ipk .. ' ' .. again)
       redis.call('ZADD', P .. 'lexp', now + 3600, url)
       gone[#gone + 1] = again
@@ -381,6 +440,7 @@ for _, url in ipairs(urls) do
   end
 end
 if #urls > 0 then redis.call('HINCRBY', P .. 'cnt', 'lease_expired', #urls) end
+if held ~= 0 then redis.call('HINCRBY', P .. 'cnt', 'held', held) end
 return {back, gone}
 """
 

@@ -40,9 +40,11 @@ def _clean(text: str | None, limit: int = 1000) -> str:
 
 class ParsedPage:
     """What a page says about itself and where it links. ``links`` are absolute, without
-    fragments, http(s) only, unique, in document order, and exclude ``rel=nofollow`` anchors."""
+    fragments, http(s) only, unique, in document order, and exclude ``rel=nofollow`` anchors.
+    With ``max_links``, only the first that many are kept; ``dropped_links`` counts the anchors
+    after them (not resolved, so not de-duplicated: a hostile page costs no more than its walk)."""
 
-    def __init__(self, url: str, body: bytes, content_type: str = "") -> None:
+    def __init__(self, url: str, body: bytes, content_type: str = "", max_links: int = 0) -> None:
         self.url = url
         self.body = body
         self._content_type = content_type
@@ -54,10 +56,11 @@ class ParsedPage:
         self.nofollow = False
         self.links: list[str] = []
         self.skipped_links = 0  # hrefs that are not http(s) or do not resolve
+        self.dropped_links = 0  # anchors past max_links
         if self.root is not None:
-            self._extract()
+            self._extract(max_links)
 
-    def _extract(self) -> None:
+    def _extract(self, max_links: int) -> None:
         root = self.root
         assert root is not None
         for el in root.iter("base", "title", "meta", "link"):
@@ -73,6 +76,7 @@ class ParsedPage:
             elif tag == "link" and "canonical" in (el.get("rel") or "").lower().split() and el.get("href"):
                 self.canonical = _join(self.base, el.get("href", ""))
         seen: set[str] = set()
+        full = False
         for el in root.iter("a", "area"):
             href = el.get("href")
             if href is None:
@@ -80,12 +84,16 @@ class ParsedPage:
             rel = el.get("rel")
             if rel and "nofollow" in rel.lower().split():
                 continue
+            if full:
+                self.dropped_links += 1
+                continue
             link = _join(self.base, href)
             if link is None:
                 self.skipped_links += 1
             elif link not in seen:
                 seen.add(link)
                 self.links.append(link)
+                full = 0 < max_links <= len(self.links)
 
     @cached_property
     def text(self) -> str:
@@ -166,5 +174,5 @@ def _join(base: str, href: str) -> str | None:
     return url
 
 
-def parse_html(url: str, body: bytes, content_type: str = "") -> ParsedPage:
-    return ParsedPage(url, body, content_type)
+def parse_html(url: str, body: bytes, content_type: str = "", max_links: int = 0) -> ParsedPage:
+    return ParsedPage(url, body, content_type, max_links)

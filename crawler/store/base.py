@@ -6,6 +6,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from crawler.redact import redact
+
 
 @dataclass
 class PageRecord:
@@ -27,6 +29,7 @@ class PageRecord:
     redirects: list[list[Any]] = field(default_factory=list)
     canonical: str | None = None
     noindex: bool = False
+    nofollow: bool = False  # <meta name=robots content=nofollow>: its outlinks are not followed
     simhash: str | None = None  # 64-bit simhash of the visible text, hex
     near_duplicate_of: str | None = None  # an earlier page of the job within the distance
     etag: str = ""  # validators sent back on the next visit (conditional GET)
@@ -44,8 +47,23 @@ class PageRecord:
 COLUMNS = [f for f in PageRecord.__dataclass_fields__]
 # What a visit that found the page unchanged (304, or the same bytes) keeps from the last one.
 CONTENT_COLUMNS = ("final_url", "status", "content_type", "title", "content_length", "content_sha1", "outlinks",
-                   "canonical", "noindex", "simhash", "near_duplicate_of", "redirects", "changed_at")
+                   "canonical", "noindex", "nofollow", "simhash", "near_duplicate_of", "redirects", "changed_at")
 JSON_COLUMNS = ("outlinks", "redirects")
+
+
+
+@dataclass
+class JobDefinition:
+    """What a job was submitted with, kept in the store so it can be rebuilt on an empty Redis
+    (``crawler.recover``). ``settings`` are the job settings every worker applies."""
+
+    id: str
+    seeds: list[str]
+    settings: dict[str, Any]
+    created_at: float
+    every: float = 0.0
+    cron: str = ""
+
 
 BeforeCommit = Callable[[list[PageRecord]], None]
 
@@ -74,6 +92,14 @@ class Store(Protocol):
         """(url, status, pages of the job that link to it) for every 404 and 410."""
         ...
 
+    def save_job(self, job: JobDefinition) -> None:
+        """Record a job's definition. Idempotent: saving an id that is recorded changes nothing."""
+        ...
+
+    def job(self, job_id: str) -> JobDefinition | None:
+        """The recorded definition of a job, or None."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -81,21 +107,34 @@ class StoreURLError(ValueError):
     pass
 
 
+class StoreRefused(StoreURLError):
+    """This worker may not use the store: it is outside the worker's allowed places, or the
+    server answered and said no (wrong or missing password, no such role or database). Unlike
+    an outage, waiting will not help: the job is stopped with the reason."""
+
+
+class StoreUnavailable(Exception):
+    """The store cannot take writes just now (the server is down or restarting, a connection was
+    lost, a WARC file could not be written): nothing was committed, and the same call may be
+    tried again later. Backends translate their transient errors into this, with a one-line
+    message an operator can act on."""
+
+
 def open_store(url: str) -> Store:
     """``sqlite:///path/crawl.db`` (relative), ``sqlite:////abs/path``, or
     ``postgresql://user:password@host:5432/db``."""
     scheme, sep, rest = url.partition("://")
     if not sep:
-        raise StoreURLError(f"store URL {url!r} has no scheme (try sqlite:///path/crawl.db)")
+        raise StoreURLError(f"store URL {redact(url)!r} has no scheme (try sqlite:///path/crawl.db)")
     if scheme == "sqlite":
         from crawler.store.sqlite import SQLiteStore
 
         path = rest[1:] if rest.startswith("/") else rest
         if not path:
-            raise StoreURLError(f"store URL {url!r} names no file")
+            raise StoreURLError(f"store URL {redact(url)!r} names no file")
         return SQLiteStore(path)
     if scheme in ("postgresql", "postgres"):
         from crawler.store.postgres import PostgresStore
 
         return PostgresStore(url)
-    raise StoreURLError(f"unknown store scheme {scheme!r} in {url!r} (known: sqlite, postgresql)")
+    raise StoreURLError(f"unknown store scheme {scheme!r} in {redact(url)!r} (known: sqlite, postgresql)")

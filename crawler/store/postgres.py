@@ -1,6 +1,8 @@
 """PostgreSQL store, for crawls on many machines: the SQLite store's schema and idempotency
 (one row per job and canonical URL; a fetch id already stored is not written again), batched
-writes, and page ids from one database sequence, so they are unique across every worker."""
+writes, and page ids from one database sequence, so they are unique across every worker.
+Connections come from a checked pool (``pgpool``), so a restarted server is reconnected to, and a
+server that is down gives ``StoreUnavailable`` for the caller to retry."""
 
 from __future__ import annotations
 
@@ -8,15 +10,16 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import psycopg
 from psycopg.rows import dict_row
 
-from crawler.store.base import COLUMNS, JSON_COLUMNS, BeforeCommit, PageRecord
+from crawler.store.base import COLUMNS, JSON_COLUMNS, BeforeCommit, JobDefinition, PageRecord
+from crawler.store.pgpool import PgPool
 
 _TYPES = {
     "url": "TEXT NOT NULL", "job_id": "TEXT NOT NULL", "fetch_id": "TEXT NOT NULL", "status": "INTEGER",
     "depth": "INTEGER", "fetched_at": "DOUBLE PRECISION", "content_length": "BIGINT", "outlinks": "JSONB",
-    "redirects": "JSONB", "noindex": "BOOLEAN", "cycle": "INTEGER", "changed_at": "DOUBLE PRECISION",
+    "redirects": "JSONB", "noindex": "BOOLEAN", "nofollow": "BOOLEAN", "cycle": "INTEGER",
+    "changed_at": "DOUBLE PRECISION",
     "gone_cycle": "INTEGER", "revisit_interval": "DOUBLE PRECISION", "next_visit": "DOUBLE PRECISION",
 }
 
@@ -30,6 +33,8 @@ SCHEMA = (
     + ", ".join(f"{c} {_type(c)}" for c in COLUMNS)
     + ", UNIQUE (job_id, url))"
 )
+JOBS_SCHEMA = ("CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, seeds JSONB NOT NULL, settings JSONB NOT NULL, "
+               "created_at DOUBLE PRECISION NOT NULL, every DOUBLE PRECISION, cron TEXT)")
 
 _VALUES = ", ".join(f"%({c})s::jsonb" if c in JSON_COLUMNS else f"%({c})s" for c in COLUMNS)
 _UPSERT = (
@@ -51,23 +56,24 @@ def _params(rec: PageRecord) -> dict[str, Any]:
 class PostgresStore:
     def __init__(self, url: str) -> None:
         self.url = url
-        self.conn = psycopg.connect(url)
-        with self.conn.transaction():
+        self.pool = PgPool(url)
+        with self.pool.connection() as conn, conn.transaction():
             # Workers starting together must not race each other's CREATE TABLE.
-            self.conn.execute("SELECT pg_advisory_xact_lock(7243001)")
-            self.conn.execute(SCHEMA)
-            self.conn.execute("CREATE INDEX IF NOT EXISTS pages_job_next ON pages (job_id, next_visit)")
-            have = {r[0] for r in self.conn.execute(
+            conn.execute("SELECT pg_advisory_xact_lock(7243001)")
+            conn.execute(SCHEMA)
+            conn.execute(JOBS_SCHEMA)
+            conn.execute("CREATE INDEX IF NOT EXISTS pages_job_next ON pages (job_id, next_visit)")
+            have = {r[0] for r in conn.execute(
                 "SELECT column_name FROM information_schema.columns WHERE table_name = 'pages'")}
             for column in COLUMNS:
                 if column not in have:
-                    self.conn.execute(f"ALTER TABLE pages ADD COLUMN {column} {_type(column).replace(' NOT NULL', '')}")
+                    conn.execute(f"ALTER TABLE pages ADD COLUMN {column} {_type(column).replace(' NOT NULL', '')}")
 
     def put(self, records: Sequence[PageRecord], before_commit: BeforeCommit | None = None) -> list[PageRecord]:
         if not records:
             return []
         written: set[tuple[str, str]] = set()
-        with self.conn.transaction(), self.conn.cursor() as cur:
+        with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
             cur.executemany(_UPSERT, [_params(r) for r in records], returning=True)
             while True:
                 written.update((row[0], row[1]) for row in cur.fetchall())
@@ -79,23 +85,23 @@ class PostgresStore:
         return new
 
     def pages(self, job_id: str | None = None) -> Iterator[dict[str, Any]]:
-        with psycopg.connect(self.url, row_factory=dict_row) as conn:
+        with self.pool.dedicated(row_factory=dict_row) as conn:
             q = "SELECT * FROM pages" + (" WHERE job_id = %s" if job_id else "") + " ORDER BY id"
             yield from conn.execute(q, (job_id,) if job_id else ())
 
     def previous(self, job_id: str, urls: Sequence[str]) -> dict[str, dict[str, Any]]:
-        with self.conn.transaction(), self.conn.cursor(row_factory=dict_row) as cur:
+        with self.pool.connection() as conn, conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
             cur.execute("SELECT * FROM pages WHERE job_id = %s AND url = ANY(%s)", (job_id, list(urls)))
             return {row["url"]: row for row in cur.fetchall()}
 
     def revisits(self, job_id: str) -> Iterator[tuple[str, int, float]]:
-        with psycopg.connect(self.url) as conn, conn.cursor(name="revisits") as cur:
+        with self.pool.dedicated() as conn, conn.cursor(name="revisits") as cur:
             cur.itersize = 5000
             cur.execute("SELECT url, depth, COALESCE(next_visit, 0) FROM pages WHERE job_id = %s", (job_id,))
             yield from cur
 
     def dead_links(self, job_id: str) -> list[tuple[str, int, list[str]]]:
-        with psycopg.connect(self.url) as conn:
+        with self.pool.dedicated() as conn:
             dead = conn.execute("SELECT url, status FROM pages WHERE job_id = %s AND status IN (404, 410) "
                                 "ORDER BY url", (job_id,)).fetchall()
             out = []
@@ -106,5 +112,20 @@ class PostgresStore:
                 out.append((url, status, refs))
             return out
 
+    def save_job(self, job: JobDefinition) -> None:
+        with self.pool.connection() as conn, conn.transaction():
+            conn.execute("INSERT INTO jobs (id, seeds, settings, created_at, every, cron) "
+                              "VALUES (%s, %s::jsonb, %s::jsonb, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+                              (job.id, json.dumps(job.seeds), json.dumps(job.settings), job.created_at, job.every,
+                               job.cron))
+
+    def job(self, job_id: str) -> JobDefinition | None:
+        with self.pool.connection() as conn, conn.transaction():
+            row = conn.execute("SELECT id, seeds, settings, created_at, every, cron FROM jobs WHERE id = %s",
+                                    (job_id,)).fetchone()
+        if row is None:
+            return None
+        return JobDefinition(row[0], list(row[1]), dict(row[2]), row[3], row[4] or 0.0, row[5] or "")
+
     def close(self) -> None:
-        self.conn.close()
+        self.pool.close()

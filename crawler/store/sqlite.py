@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from crawler.store.base import COLUMNS, JSON_COLUMNS, BeforeCommit, PageRecord
+from crawler.store.base import COLUMNS, JSON_COLUMNS, BeforeCommit, JobDefinition, PageRecord
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS pages (
@@ -31,6 +31,7 @@ CREATE TABLE IF NOT EXISTS pages (
     redirects TEXT,
     canonical TEXT,
     noindex INTEGER,
+    nofollow INTEGER,
     simhash TEXT,
     near_duplicate_of TEXT,
     etag TEXT,
@@ -43,6 +44,14 @@ CREATE TABLE IF NOT EXISTS pages (
 );
 CREATE INDEX IF NOT EXISTS pages_job ON pages (job_id);
 CREATE UNIQUE INDEX IF NOT EXISTS pages_job_url ON pages (job_id, url);
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    seeds TEXT NOT NULL,
+    settings TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    every REAL,
+    cron TEXT
+);
 """
 
 _INSERT = (
@@ -57,6 +66,7 @@ def _decode(row: sqlite3.Row) -> dict[str, Any]:
     for c in JSON_COLUMNS:
         d[c] = json.loads(d[c]) if d[c] else []
     d["noindex"] = bool(d["noindex"])
+    d["nofollow"] = bool(d["nofollow"])
     return d
 
 
@@ -65,6 +75,7 @@ def _row(rec: PageRecord) -> tuple[Any, ...]:
     for c in JSON_COLUMNS:
         d[c] = json.dumps(d[c])
     d["noindex"] = int(d["noindex"])
+    d["nofollow"] = int(d["nofollow"])
     return tuple(d[c] for c in COLUMNS)
 
 
@@ -152,6 +163,19 @@ class SQLiteStore:
             return out
         finally:
             conn.close()
+
+    def save_job(self, job: JobDefinition) -> None:
+        self.conn.execute("INSERT INTO jobs (id, seeds, settings, created_at, every, cron) VALUES (?, ?, ?, ?, ?, ?) "
+                          "ON CONFLICT(id) DO NOTHING",
+                          (job.id, json.dumps(job.seeds), json.dumps(job.settings), job.created_at, job.every,
+                           job.cron))
+
+    def job(self, job_id: str) -> JobDefinition | None:
+        row = self.conn.execute("SELECT id, seeds, settings, created_at, every, cron FROM jobs WHERE id = ?",
+                                (job_id,)).fetchone()
+        if row is None:
+            return None
+        return JobDefinition(row[0], json.loads(row[1]), json.loads(row[2]), row[3], row[4] or 0.0, row[5] or "")
 
     def close(self) -> None:
         self.conn.close()

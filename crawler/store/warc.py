@@ -1,6 +1,12 @@
 """Gzipped WARC files of request and response records, one file per worker process, rotated
 by size. Record ids derive from (job, url, fetch id), so a record written twice after a crash
-is recognisable as the same record."""
+is recognisable as the same record.
+
+Each exchange (request and response record) is built in memory and written with unbuffered
+writes, so the file holds only whole records: a write that fails (disk full, I/O error) is cut
+back to where the exchange began, the file is closed and ``StoreUnavailable`` raised. The next
+write starts a new file, and the row transaction around the write rolls back to be tried again.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +14,13 @@ import os
 import socket
 import uuid
 from datetime import UTC, datetime
-from io import BytesIO
-from typing import IO
+from io import BytesIO, FileIO
 from urllib.parse import urlsplit
 
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from crawler.store.base import PageRecord
+from crawler.store.base import PageRecord, StoreUnavailable
 
 _NS = uuid.UUID("6b1f3c1e-7d0a-4c59-9a55-2f3e0c1d4b7a")
 
@@ -24,14 +29,15 @@ class WarcFiles:
     def __init__(self, directory: str, max_size: int = 1_000_000_000) -> None:
         self.directory = directory
         self.max_size = max_size
-        self._fh: IO[bytes] | None = None
-        self._writer: WARCWriter | None = None
+        self._fh: FileIO | None = None
+        self._size = 0
+        self.path = ""
         self._seq = 0
         self._pid = os.getpid()
         os.makedirs(directory, exist_ok=True)
 
-    def _open(self) -> WARCWriter:
-        if self._writer is None or self._pid != os.getpid():
+    def _open(self) -> FileIO:
+        if self._fh is None or self._pid != os.getpid():
             self._pid = os.getpid()
             while True:
                 self._seq += 1
@@ -39,15 +45,20 @@ class WarcFiles:
                 path = os.path.join(self.directory, name)
                 if not os.path.exists(path):
                     break
-            self._fh = open(path, "ab")  # noqa: SIM115 (kept open across batches, closed on rotation)
-            self._writer = WARCWriter(self._fh, gzip=True)
-        return self._writer
+            try:
+                self._fh = FileIO(path, "ab")  # kept open across batches, closed on rotation
+            except OSError as exc:
+                raise StoreUnavailable(f"warc: cannot open {path}: {exc}") from exc
+            self.path = path
+            self._size = os.fstat(self._fh.fileno()).st_size
+        return self._fh
 
     def write(self, rec: PageRecord, *, http_version: str, request_headers: list[tuple[str, str]],
               response_headers: list[tuple[str, str]], body: bytes) -> None:
         if rec.status is None:
             return  # nothing came back: there is no exchange to archive
-        writer = self._open()
+        buf = BytesIO()
+        writer = WARCWriter(buf, gzip=True)
         target = rec.final_url or rec.url
         date = datetime.fromtimestamp(rec.fetched_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         resp_id = f"<urn:uuid:{uuid.uuid5(_NS, f'{rec.job_id} {rec.url} {rec.fetch_id} response')}>"
@@ -67,15 +78,52 @@ class WarcFiles:
         )
         writer.write_record(request)
         writer.write_record(response)
+        self._append(buf.getbuffer())
+
+    def _append(self, data: memoryview) -> None:
+        fh = self._open()
+        start = self._size
+        try:
+            while data:
+                # An unbuffered write may take part of the data and fail on the rest.
+                n = fh.write(data) or 0
+                data = data[n:]
+                self._size += n
+        except OSError as exc:
+            path = self.path
+            try:
+                os.ftruncate(fh.fileno(), start)
+            except OSError:
+                pass  # the exchange stays torn, but nothing more is appended after it
+            self.close()
+            raise StoreUnavailable(f"warc: writing {path} failed, file closed, next write starts a new one: "
+                                   f"{exc}") from exc
+
+    def mark(self) -> tuple[str, int]:
+        """Where the next record will go, for ``rollback``."""
+        self._open()
+        return self.path, self._size
+
+    def rollback(self, mark: tuple[str, int]) -> None:
+        """Cut ``mark``'s file back to where it was: the rows these records went with did not
+        commit, and the retry writes the records again."""
+        path, size = mark
+        try:
+            os.truncate(path, size)
+        except OSError:
+            return  # the file went (or will not shrink): at worst a record stands twice
+        if path == self.path:
+            self._size = size
 
     def flush(self) -> None:
-        if self._fh is not None:
-            self._fh.flush()
-            if self._fh.tell() >= self.max_size:
-                self.close()
+        """Start a new file once this one has reached ``max_size`` (writes are not buffered)."""
+        if self._fh is not None and self._size >= self.max_size:
+            self.close()
 
     def close(self) -> None:
         if self._fh is not None:
-            self._fh.close()
+            try:
+                self._fh.close()
+            except OSError:
+                pass  # nothing is buffered: a failing close loses nothing written
         self._fh = None
-        self._writer = None

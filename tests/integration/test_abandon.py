@@ -4,6 +4,7 @@ after max_attempts, instead of going round for ever."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -62,3 +63,17 @@ def test_a_lost_link_batch_is_sent_again_and_admitted_once(r: redis.Redis, tmp_p
     assert pipeline.dedup_stage(ctx, job, "t:0", links) == []  # the late original: ignored
     assert r.zcard(f"c:{{{job_id}}}:pend") == 0 and r.hlen(f"c:{{{job_id}}}:pendb") == 0
     ctx.close()
+
+
+def test_an_idle_dispatcher_stops_at_once(r: redis.Redis) -> None:
+    """With no job it blocks on its wake lists for seconds; stop() must not wait that out (a
+    worker's warm shutdown joins this thread)."""
+    d = Dispatcher(r, [0], lambda *a: None, lambda *a: None)
+    thread = threading.Thread(target=d.run, daemon=True)
+    thread.start()
+    time.sleep(0.3)  # into its blocking wait
+    t0 = time.monotonic()
+    d.stop()
+    thread.join(timeout=3)
+    assert not thread.is_alive()
+    assert time.monotonic() - t0 < 1.0

@@ -14,13 +14,17 @@ import pytest
 import redis
 
 from crawler import jobs
+from crawler.cli import main
 from crawler.frontier import keys
 from crawler.rebalance import set_shards
 from crawler.redis_server import RedisServer
+from crawler.redisconn import connect
 from crawler.settings import Settings
 from crawler.store import open_store
 from crawler.testweb import TestWeb
 from tests.conftest import Workers, wait_done
+
+pytestmark = pytest.mark.chaos
 
 # Short leases and visibility so lost work comes back within seconds, not minutes.
 FAST_RECOVERY = {"CRAWLER_LEASE_TIMEOUT": "4", "CRAWLER_VISIBILITY_TIMEOUT": "12", "CRAWLER_TASK_TIME_LIMIT": "10"}
@@ -77,28 +81,78 @@ def test_kill_9_a_random_worker_five_times(r: redis.Redis, big_web: TestWeb, wor
     _check_exact(store_url, job_id, big_web)
 
 
-def test_redis_restart_with_aof_mid_crawl(big_web: TestWeb, workers: Workers, tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def _kill_9(server: RedisServer) -> None:
+    assert server.proc is not None
+    server.proc.send_signal(signal.SIGKILL)  # no shutdown: no last fsync, clients cut off mid-reply
+    server.proc.wait()
+
+
+def _workers_alive(workers: Workers) -> None:
+    dead = {n: p.returncode for n, p in workers.procs.items() if p.poll() is not None}
+    assert not dead, f"workers exited: {dead}"
+
+
+@pytest.fixture
+def small_web(make_web) -> TestWeb:  # type: ignore[no-untyped-def]
+    web: TestWeb = make_web(3, 200)
+    assert len(web.reachable_urls()) >= 500
+    return web
+
+
+def _start_on(server: RedisServer, workers: Workers, monkeypatch: pytest.MonkeyPatch) -> redis.Redis:
+    """Point this test and two workers (every shard) at ``server``, a Redis of the test's own."""
+    monkeypatch.setenv("CRAWLER_REDIS_URL", server.url)
+    workers.redis_url = server.url
+    for n in ("w0", "w1"):
+        workers.start(n, "shard-0,shard-1", env=FAST_RECOVERY)
+    return connect(server.url)
+
+
+def _crawl_then_kill_redis(server: RedisServer, workers: Workers, monkeypatch: pytest.MonkeyPatch, web: TestWeb,
+                           store_url: str) -> tuple[redis.Redis, str, float]:
+    """Start two workers on ``server`` and a job, kill -9 Redis a third of the way through:
+    (client, job id, when Redis went down)."""
+    client = _start_on(server, workers, monkeypatch)
+    job_id = _crawl(client, web, store_url)
+    _wait_stored(client, job_id, len(web.reachable_urls()) // 3)
+    _kill_9(server)
+    down = time.monotonic()
+    time.sleep(1.0)
+    return client, job_id, down
+
+
+def test_redis_killed_with_aof_everysec_mid_crawl_comes_back_by_itself(
+        small_web: TestWeb, workers: Workers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     workdir = tmp_path / "redis"
     workdir.mkdir()
     server = RedisServer(appendonly=True, workdir=str(workdir)).start()
-    url = server.url
-    monkeypatch.setenv("CRAWLER_REDIS_URL", url)
-    workers.redis_url = url
-    client = redis.Redis.from_url(url)
     store_url = f"sqlite:///{tmp_path / 'crawl.db'}"
     try:
-        for n in ("w0", "w1"):
-            workers.start(n, "shard-0,shard-1", env=FAST_RECOVERY)
-        job_id = _crawl(client, big_web, store_url)
-        _wait_stored(client, job_id, 600)
-        server.stop()
-        down = time.monotonic()
-        time.sleep(1.0)
+        client, job_id, down = _crawl_then_kill_redis(server, workers, monkeypatch, small_web, store_url)
         server = RedisServer(port=server.port, appendonly=True, workdir=str(workdir)).start()
-        wait_done(client, job_id, timeout=150)
-        print(f"\nredis restart: finished {time.monotonic() - down:.1f}s after Redis went down")
-        _check_exact(store_url, job_id, big_web)
+        wait_done(client, job_id, timeout=60)
+        print(f"\nredis kill -9 (AOF everysec): finished {time.monotonic() - down:.1f}s after Redis went down")
+        _check_exact(store_url, job_id, small_web)
+        _workers_alive(workers)
+    finally:
+        workers.stop()
+        server.stop()
+
+
+def test_redis_lost_without_persistence_is_rebuilt_from_the_store(
+        small_web: TestWeb, workers: Workers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = RedisServer().start()  # nothing on disk: a restart comes back empty
+    store_url = f"sqlite:///{tmp_path / 'crawl.db'}"
+    try:
+        client, job_id, down = _crawl_then_kill_redis(server, workers, monkeypatch, small_web, store_url)
+        server = RedisServer(port=server.port).start()
+        assert not client.exists(keys.meta(job_id)), "the new Redis is not empty"
+        time.sleep(1.0)  # workers reconnect to an empty Redis meanwhile, and must not write the job back
+        assert main(["recover", job_id, "--store", store_url, "--redis-url", server.url]) == 0
+        wait_done(client, job_id, timeout=60)
+        print(f"\nredis lost: finished {time.monotonic() - down:.1f}s after Redis went down")
+        _check_exact(store_url, job_id, small_web)
+        _workers_alive(workers)
     finally:
         workers.stop()
         server.stop()
@@ -150,8 +204,8 @@ def _iter_hosts(n: int) -> Iterator[str]:
         yield f"http://www.site{i}.example/"
 
 
-def test_a_shard_change_moves_about_one_in_n_hosts(r: redis.Redis) -> None:
-    settings = Settings.from_env(shards=3, obey_robots=False, store="sqlite:///unused.db", dedup="set")
+def test_a_shard_change_moves_about_one_in_n_hosts(r: redis.Redis, tmp_path: Path) -> None:
+    settings = Settings.from_env(shards=3, obey_robots=False, store=f"sqlite:///{tmp_path / 'c.db'}", dedup="set")
     job_id = jobs.submit(r, settings, list(_iter_hosts(600)))
     moved = set_shards(r, job_id, 4)
     assert moved.hosts_total == 600

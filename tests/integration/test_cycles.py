@@ -158,6 +158,39 @@ def test_three_cycles_under_two_beats_follow_a_mutating_web(
             b.wait(10)
 
 
+def test_a_short_period_with_default_revisits_refetches_every_page_in_cycle_two(
+        r: redis.Redis, redis_url: str, make_web, workers: Workers, tmp_path: Path,  # type: ignore[no-untyped-def]
+        capsys: pytest.CaptureFixture[str]) -> None:
+    web = make_web(2, 10)
+    store_url = f"sqlite:///{tmp_path / 'crawl.db'}"
+    workers.start("w0", "shard-0,shard-1")
+    beat = start_beat("beat", redis_url, tmp_path)
+    try:
+        # No --revisit-min: the minimum is the period, so every page is due when cycle 2 starts
+        # (it used to be 1 h, and only the seeds were fetched again).
+        assert cli.main(["submit", *web.seeds(), "--shards", "2", "--per-host", "4", "--store", store_url,
+                         "--every", "3s"]) == 0
+        job_id = capsys.readouterr().out.strip()
+        deadline = time.monotonic() + 60
+        # Cycle 3 may follow within moments: wait for cycle 2's end, not for a status in between.
+        while len(done := [c for c in jobs.cycles(r, job_id) if c["finished_at"]]) < 2:
+            assert time.monotonic() < deadline, jobs.cycles(r, job_id)
+            time.sleep(0.05)
+        report = done[1]
+        stored = rows(store_url, job_id)
+        live = {u for u, p in stored.items() if p["status"] == 200}
+        assert len(live) > len(web.seeds())
+        again = {web.url(h.site, h.path) for h in web.hits() if h.path != "/robots.txt"
+                 and report["started_at"] <= h.start <= report["finished_at"]}
+        assert again == live, f"not fetched in cycle 2: {sorted(live - again)}"
+        assert report["fetched"] == len(live) and report["unchanged"] == len(live)
+        # Only pages that were already dead (404) wait for revisit_max.
+        assert int(r.hget(keys.cycle(job_id, 2), "not_due") or 0) == len(stored) - len(live)
+    finally:
+        beat.terminate()
+        beat.wait(10)
+
+
 def _periodic_job(r: redis.Redis, web: TestWeb, store_url: str, **kw: object) -> str:
     settings = Settings.from_env(**{"shards": 1, "per_host": 4, "store": store_url, **kw})
     return jobs.submit(r, settings, web.seeds())

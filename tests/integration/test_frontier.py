@@ -202,10 +202,50 @@ def test_dispatch_waits_for_a_batch_of_free_slots_while_requests_are_in_flight(r
     f.admit(JOB, _urls("a.example", 20), 1)
     first = _dispatch(f, time.time(), per_host=20, concurrency=10, min_free=4)
     assert len(first) == 10
-    f.fetched(JOB, [Fetched(u, _token_of(r, u)) for u in first[:3]], lease_timeout=60, delay=0)
+    # A slot frees when its page is stored (fetched and unstored pages still count).
+    _fetch_and_store(f, r, first[:3])
     assert _dispatch(f, time.time(), per_host=20, concurrency=10, min_free=4) == []  # 3 free: not worth a task
-    f.fetched(JOB, [Fetched(first[3], _token_of(r, first[3]))], lease_timeout=60, delay=0)
+    _fetch_and_store(f, r, first[3:4])
     assert len(_dispatch(f, time.time(), per_host=20, concurrency=10, min_free=4)) == 4
+
+
+def _fetch_and_store(f: Frontier, r: redis.Redis, urls: list[str]) -> None:
+    leases = [(u, _token_of(r, u)) for u in urls]
+    f.fetched(JOB, [Fetched(u, t) for u, t in leases], lease_timeout=60, delay=0)
+    f.release(JOB, leases, delay=0)
+
+
+def test_pages_waiting_for_parse_and_store_count_against_the_job_concurrency(r: redis.Redis) -> None:
+    """Backpressure: with the store down, fetched pages pile up as held, not as more fetches."""
+    f = _start(r)
+    f.admit(JOB, _urls("a.example", 20), 1)
+    first = _dispatch(f, time.time(), per_host=20, concurrency=10)
+    assert len(first) == 10
+    leases = [(u, _token_of(r, u)) for u in first]
+    f.fetched(JOB, [Fetched(u, t) for u, t in leases], lease_timeout=60, delay=0)
+    counters = jobs.status(r, JOB)["counters"]
+    assert (counters.get("inflight", 0), counters["held"]) == (0, 10)
+    assert _dispatch(f, time.time(), per_host=20, concurrency=10) == []
+    f.release(JOB, leases[:6], delay=0)
+    assert jobs.status(r, JOB)["counters"]["held"] == 4
+    assert len(_dispatch(f, time.time(), per_host=20, concurrency=10)) == 6
+    # An expired held lease stops counting when it goes back to its queue.
+    f.reap(JOB, delay=0, max_attempts=3, now=time.time() + 120)
+    counters = jobs.status(r, JOB)["counters"]
+    assert (counters.get("inflight", 0), counters["held"]) == (0, 0)
+
+
+def test_renewal_keeps_fetched_pages_leased_and_only_for_their_holder(r: redis.Redis) -> None:
+    f = _start(r)
+    f.admit(JOB, _urls("a.example", 2), 1)
+    urls = _dispatch(f, time.time(), per_host=20, concurrency=10)
+    leases = [(u, _token_of(r, u)) for u in urls]
+    f.fetched(JOB, [Fetched(u, t) for u, t in leases], lease_timeout=1, delay=0)
+    assert f.renew(JOB, leases, 1, extra=30) == 2
+    assert f.renew(JOB, [(urls[0], "not-the-holder")], 1, extra=300) == 0
+    assert f.renew(JOB, leases, 1) == 2  # a shorter renewal never shortens the lease
+    assert f.reap(JOB, delay=0, max_attempts=3, now=time.time() + 10).returned == 0
+    assert f.reap(JOB, delay=0, max_attempts=3, now=time.time() + 40).returned == 2
 
 
 def test_batches_are_leased_under_tokens_of_their_own(r: redis.Redis) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,20 +14,11 @@ import redis
 from crawler import jobs
 from crawler.settings import Settings
 from crawler.testweb import TestWeb
-from tests.conftest import Workers, wait_done
+from tests.conftest import Workers, rows_by_url, wait_done
 from tests.integration.test_crawl import cli
 from tests.web import handlers as hw
 
 ALL = "shard-0,shard-1,shard-2,shard-3"
-
-
-def _rows(db: Path) -> dict[str, dict[str, Any]]:
-    conn = sqlite3.connect(db)
-    conn.row_factory = sqlite3.Row
-    try:
-        return {r["url"]: dict(r) for r in conn.execute("SELECT * FROM pages")}
-    finally:
-        conn.close()
 
 
 def _crawl(r: redis.Redis, web: TestWeb, tmp_path: Path, seeds: list[str] | None = None,
@@ -36,7 +26,7 @@ def _crawl(r: redis.Redis, web: TestWeb, tmp_path: Path, seeds: list[str] | None
     db = tmp_path / f"c{len(list(tmp_path.glob('c*.db')))}.db"
     job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{db}", **settings), seeds or web.seeds())
     st = wait_done(r, job_id, timeout=timeout)
-    return job_id, st, _rows(db)
+    return job_id, st, rows_by_url(db)
 
 
 def _hits(web: TestWeb, path: str, site: int = 0) -> list[Any]:

@@ -13,7 +13,7 @@ import redis
 from crawler import jobs, pipeline
 from crawler.frontier import Entry, Fetched, keys
 from crawler.settings import Settings
-from crawler.store import StoreURLError, open_store
+from crawler.store import StoreUnavailable, StoreURLError, open_store
 from crawler.store.base import PageRecord
 from crawler.store.sqlite import SQLiteStore
 
@@ -63,6 +63,51 @@ def test_store_delivered_twice_leaves_one_row_and_one_record_set(r: redis.Redis,
     st = jobs.status(r, job_id)
     assert st["counters"]["stored"] == 1 and st["status"] == "done"
     assert not r.exists(body_key)
+
+
+class _CommitFailsOnce:
+    """The SQLite store, except that its first commit fails after the WARC records went out, as
+    when PostgreSQL goes down at COMMIT."""
+
+    def __init__(self, inner: SQLiteStore) -> None:
+        self.inner = inner
+        self.failed = False
+
+    def put(self, records: list[PageRecord], before_commit: object = None) -> list[PageRecord]:
+        if not self.failed:
+            self.failed = True
+            if callable(before_commit):
+                before_commit(records)
+            raise StoreUnavailable("postgresql: server closed the connection unexpectedly")
+        return self.inner.put(records, before_commit)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+def test_a_commit_that_fails_takes_back_its_warc_records(r: redis.Redis, tmp_path: Path) -> None:
+    settings = Settings.from_env({}, store=f"sqlite:///{tmp_path}/crawl.db", warc_dir=str(tmp_path / "warc"))
+    job_id = jobs.submit(r, settings, ["http://a.example/"])
+    ctx = pipeline.Context(r)
+    job = jobs.load(r, job_id)
+    d = next(d for shard in range(settings.shards)
+             if (d := ctx.frontier.dispatch(job_id, shard, max_urls=5, per_host=1, delay=0, lease_timeout=60,
+                                            concurrency=5)).items)
+    url = d.items[0][0].url
+    ctx.frontier.fetched(job_id, [Fetched(url, d.token)], lease_timeout=60, delay=0)
+    body_key = keys.body(job_id, d.token, url)
+    r.set(body_key, b"<html>hello</html>")
+    real = open_store(settings.store)
+    assert isinstance(real, SQLiteStore)
+    ctx._stores.put(settings.store, _CommitFailsOnce(real))  # type: ignore[arg-type]
+
+    with pytest.raises(StoreUnavailable):
+        pipeline.store_stage(ctx, job, d.token, [_page(url, body_key)])
+    assert _warc_records(tmp_path / "warc") == []  # taken back with the rows
+    assert pipeline.store_stage(ctx, job, d.token, [_page(url, body_key)]) == 1  # the retry
+    ctx.close()
+    assert _warc_records(tmp_path / "warc") == [f'{{"warc-type": "request", "warc-target-uri": "{url}"}}',
+                                                f'{{"warc-type": "response", "warc-target-uri": "{url}"}}']
 
 
 def test_warc_rotates_by_size(tmp_path: Path) -> None:

@@ -17,12 +17,33 @@ from celery.bin.celery import celery as celery_cli
 from crawler.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-_VAR = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
+_VAR = re.compile(r"\$\{(\w+)(?:(:-|:\?)([^}]*))?\}")
+SECRETS = {"REDIS_PASSWORD", "POSTGRES_PASSWORD", "FLOWER_PASSWORD"}
+
+
+class MissingSecret(Exception):
+    pass
+
+
+def _interpolate(value: str, env: dict[str, str]) -> str:
+    """Compose's interpolation: ${VAR}, ${VAR:-default}, ${VAR:?message} (an error when VAR is
+    unset or empty), $$ for a dollar sign."""
+    def one(m: re.Match[str]) -> str:
+        name, op, arg = m.group(1), m.group(2), m.group(3)
+        if env.get(name):
+            return env[name]
+        if op == ":?":
+            raise MissingSecret(f"required variable {name} is missing a value: {arg}")
+        return arg or ""
+    return _VAR.sub(one, value).replace("$$", "$")
+
+
+_TEST_SECRETS = {name: f"test-{name.lower()}" for name in SECRETS}
 
 
 def _subst(value: str) -> str:
-    """Compose's ${VAR:-default}, with the defaults (the file must work without an .env)."""
-    return _VAR.sub(lambda m: m.group(2) or "", value).replace("$$", "$")
+    """A value as compose would see it with every secret given."""
+    return _interpolate(value, _TEST_SECRETS)
 
 
 @pytest.fixture(scope="module")
@@ -103,3 +124,39 @@ def test_docker_compose_config_accepts_the_file() -> None:
         pytest.skip("no docker compose client here; the parse checks above still ran")
     out = subprocess.run([docker, "compose", "config", "-q"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+
+
+def _strings(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        return [s for v in node.values() for s in _strings(v)]
+    if isinstance(node, list):
+        return [s for v in node for s in _strings(v)]
+    return [node] if isinstance(node, str) else []
+
+
+def test_every_secret_is_required_with_a_message(compose: dict[str, Any]) -> None:
+    text = (ROOT / "docker-compose.yml").read_text()
+    assert "change-me" not in text
+    uses = [m for s in _strings(compose) for m in _VAR.finditer(s) if m.group(1) in SECRETS]
+    assert {m.group(1) for m in uses} == SECRETS
+    for m in uses:
+        assert m.group(2) == ":?" and m.group(1) in m.group(3), f"{m.group(0)}: no default allowed, and say which"
+
+
+@pytest.mark.parametrize("missing", sorted(SECRETS))
+def test_compose_stops_naming_the_missing_secret(compose: dict[str, Any], missing: str) -> None:
+    env = {k: v for k, v in _TEST_SECRETS.items() if k != missing}
+    with pytest.raises(MissingSecret, match=rf"^required variable {missing} is missing a value: set {missing} "):
+        for s in _strings(compose):
+            _interpolate(s, env)
+
+
+def test_workers_get_no_store_password_from_jobs_and_a_confined_store(compose: dict[str, Any]) -> None:
+    env = {k: _subst(str(v)) for k, v in compose["x-crawler"]["environment"].items()}
+    from crawler.redact import has_password
+
+    assert not has_password(env["CRAWLER_STORE"])  # the password comes from PGPASSWORD
+    assert env["PGPASSWORD"] == _TEST_SECRETS["POSTGRES_PASSWORD"]
+    settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("CRAWLER_")})
+    assert settings.store_root == "/data" and settings.store_hosts == ["postgres"]
+    assert "/data" in [v.split(":")[1] for v in compose["x-crawler"]["volumes"]]

@@ -52,3 +52,46 @@ def test_resolver_overrides_literals_and_failures() -> None:
             await r.resolve("no-such-host.invalid", 80)
 
     asyncio.run(go())
+
+
+# The guard's deny list, pinned: a change to it, or to the running Python's ``ipaddress``
+# tables, must not silently open a network.
+PINNED_DENY = [
+    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
+    "192.0.0.0/24", "192.0.2.0/24", "192.168.0.0/16", "198.18.0.0/15", "198.51.100.0/24",
+    "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
+    "::/8", "100::/8", "200::/7", "400::/6", "800::/5", "1000::/4",
+    "4000::/3", "6000::/3", "8000::/3", "a000::/3", "c000::/3", "e000::/4", "f000::/5", "f800::/6",
+    "fc00::/7", "fe00::/9", "fe80::/10", "fec0::/10", "ff00::/8",
+    "2001::/23", "2001:db8::/32", "3fff::/20",
+]
+
+
+def test_deny_list_is_pinned() -> None:
+    from crawler.fetch.netguard import DENIED_NETWORKS
+
+    assert [str(n) for n in DENIED_NETWORKS] == PINNED_DENY
+
+
+@pytest.mark.parametrize("network", PINNED_DENY)
+def test_first_and_last_address_of_every_denied_network_are_blocked(network: str) -> None:
+    from ipaddress import ip_network
+
+    net = ip_network(network)
+    for address in (net[0], net[-1]):
+        assert not NetworkGuard().allows(str(address)), address
+        if net.version == 4:  # and the same address carried in IPv6
+            assert not NetworkGuard().allows(f"::ffff:{address}"), address
+
+
+@pytest.mark.parametrize("address", ["fec0::1", "fec0:1:2::3", "feff:ffff::1", "3fff::1"])
+def test_site_local_and_new_documentation_prefixes_are_blocked(address: str) -> None:
+    # Python 3.11's ipaddress calls every one of these global.
+    assert not NetworkGuard().allows(address)
+
+
+@pytest.mark.parametrize("address", ["1.0.0.1", "100.63.255.255", "100.128.0.0", "172.32.0.0", "192.0.1.1",
+                                     "198.20.0.1", "223.255.255.255", "2001:200::1", "2400:cb00::1",
+                                     "2a00:1450::1", "3ffe::1"])
+def test_addresses_just_outside_denied_networks_pass(address: str) -> None:
+    assert NetworkGuard().allows(address)

@@ -120,3 +120,13 @@ def test_hostile_hrefs_are_skipped_not_fatal() -> None:
     p = parse_html("http://e.com/", body, "text/html")
     assert "http://e.com/spaced path" in p.links and "http://e.com/tabbed" in p.links
     assert p.skipped_links == 5  # javascript:, mailto:, data:, ftp:, the broken IPv6 literal
+
+
+def test_links_past_the_cap_are_counted_not_taken() -> None:
+    body = b"<a href=/first>f</a>" + b"".join(b"<a href=/p/%d>x</a>" % i for i in range(50_000))
+    p = parse_html("http://e.com/", body, max_links=1000)
+    assert len(p.links) == 1000 and p.links[:2] == ["http://e.com/first", "http://e.com/p/0"]
+    assert p.dropped_links == 50_001 - 1000
+    assert len(parse_html("http://e.com/", body).links) == 50_001  # 0: no cap
+    dup = parse_html("http://e.com/", b"<a href=/a>a</a><a href=/a>a</a><a href=/b>b</a>", max_links=2)
+    assert dup.links == ["http://e.com/a", "http://e.com/b"] and dup.dropped_links == 0

@@ -103,3 +103,35 @@ def test_plan_visit_keeps_content_of_a_304_and_marks_a_page_gone() -> None:
     gone = PageRecord("http://a.test/", "j", "t3", status=404, error="http_4xx", fetched_at=6000.0)
     assert plan_visit(gone, stored, {"cycle": 4, "cycle_base": 6000.0}, s) == GONE
     assert (gone.status, gone.gone_cycle, gone.title, gone.revisit_interval) == (404, 4, "T", 1000.0)
+
+
+def test_the_default_revisit_minimum_is_the_period() -> None:
+    assert Settings.from_env().revisit_min == 0
+    assert schedule.revisit_floor(0.0, 60.0, 86400.0) == 60.0
+    assert schedule.revisit_floor(0.0, 7 * 86400.0, 86400.0) == 86400.0  # never above revisit_max
+    assert schedule.revisit_floor(5.0, 60.0, 86400.0) == 5.0  # an explicit value stays
+    with pytest.raises(ValueError,
+                       match=r"setting revisit_min: must be a finite number >= 0 \(0: the job's period\), got -1"):
+        Settings.from_env(revisit_min=-1.0)
+    with pytest.raises(ValueError, match=r"revisit_min \(7200 s\) is longer than revisit_max \(3600 s\)"):
+        Settings.from_env(revisit_min=7200.0, revisit_max=3600.0)
+    with pytest.raises(ValueError, match="setting revisit_max: must be a finite number > 0"):
+        Settings.from_env(revisit_max=0.0)
+
+
+def test_with_default_revisits_a_page_of_a_one_minute_job_is_due_at_the_next_cycle() -> None:
+    s = Settings.from_env(every=60.0)
+    first = PageRecord("http://a.test/p", "j", "t1", status=200, content_sha1="aa", fetched_at=1010.0)
+    assert plan_visit(first, None, {"cycle": 1, "cycle_base": 1000.0}, s) == NEW
+    assert (first.revisit_interval, first.next_visit) == (60.0, 1060.0)  # the next cycle's due time
+    changed = PageRecord("http://a.test/p", "j", "t2", status=200, content_sha1="bb", fetched_at=1065.0)
+    plan_visit(changed, first.to_dict(), {"cycle": 2, "cycle_base": 1060.0}, s)
+    assert (changed.revisit_interval, changed.next_visit) == (60.0, 1120.0)  # not below the period
+    same = PageRecord("http://a.test/p", "j", "t3", status=200, content_sha1="bb", fetched_at=1125.0)
+    plan_visit(same, changed.to_dict(), {"cycle": 3, "cycle_base": 1120.0}, s)
+    assert same.revisit_interval == 90.0  # unchanged pages still space out
+    # A cron job's period is the gap between its runs: hourly here.
+    hourly = Settings.from_env(cron="0 * * * *")
+    rec = PageRecord("http://a.test/p", "j", "t4", status=200, content_sha1="aa", fetched_at=ts("2026-11-21 22:00:05"))
+    plan_visit(rec, None, {"cycle": 1, "cycle_base": ts("2026-11-21 22:00:00")}, hourly)
+    assert rec.revisit_interval == 3600.0

@@ -1,7 +1,7 @@
 import pytest
 
 from crawler.errors import BadURL
-from crawler.urls import canonicalize, domain_of, in_scope, registered_domain
+from crawler.urls import canonicalize, domain_of, in_scope, query_variant, registered_domain
 
 
 @pytest.mark.parametrize("raw, canon", [
@@ -58,3 +58,47 @@ def test_scope() -> None:
     assert not in_scope("http://example.org/", allowed)
     assert in_scope("http://example.org/", frozenset())
     assert domain_of("http://x.y.example.com:81/") == "example.com"
+
+
+@pytest.mark.parametrize("raw, why", [
+    ("http://[v1.a:b c]/", "IPvFuture"),
+    ("http://[v1.abc]/", "IPvFuture"),
+    ("http://[V7.x]:81/p", None),
+    ("http://[fe80::1%25eth0]/", "zone id"),
+    ("http://[fe80::1%eth0]/", "zone id"),
+    ("http://[1.2.3.4]/", None),
+    ("http://[example.com]/", None),
+])
+def test_ip_literals_other_than_plain_ipv6_are_bad_url(raw: str, why: str | None) -> None:
+    with pytest.raises(BadURL, match=why):
+        canonicalize(raw)
+
+
+def test_no_canonical_url_holds_whitespace_or_control_characters() -> None:
+    import random
+    import re
+
+    rng = random.Random(13)
+    pieces = [chr(c) for c in range(0xA1)] + ["\u2028", "\u3000", "\ufeff", "é", "[", "]", "%25", "v1."]
+    kept = 0
+    for _ in range(3000):
+        host = rng.choice(["a.com", "[::1]", "[v1.x:" + rng.choice(pieces) + "]", "b" + rng.choice(pieces) + ".org"])
+        url = f"http://{host}/" + "".join(rng.choice(pieces) for _ in range(rng.randint(0, 10)))
+        try:
+            out = canonicalize(url)
+        except BadURL:
+            continue
+        kept += 1
+        assert not re.search(r"[\x00-\x20\x7f-\x9f]|\s", out), (url, out)
+    assert kept > 1000
+
+
+def test_query_variants_share_scheme_host_and_path() -> None:
+    assert query_variant("http://e.com/s?sid=2", "http://e.com/s?sid=1")
+    assert query_variant("http://e.com/s?sid=2", "http://e.com/s")
+    assert query_variant("http://e.com/s?a=1&sort=d", "http://e.com/s?a=1&sort=a")
+    assert not query_variant("http://e.com/s?sid=1", "http://e.com/s?sid=1")  # itself
+    assert not query_variant("http://e.com/t?sid=1", "http://e.com/s?sid=1")
+    assert not query_variant("https://e.com/s?sid=1", "http://e.com/s?sid=2")
+    assert not query_variant("http://f.com/s?sid=1", "http://e.com/s?sid=2")
+    assert not query_variant("http://e.com/s/?sid=1", "http://e.com/s?sid=2")

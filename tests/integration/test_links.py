@@ -1,0 +1,178 @@
+"""Pages with very many links: capped per page, their URL sent once per batch, admitted in
+bounded script calls; and session-id traps that a default crawl stays out of."""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import redis
+
+from crawler import jobs, pipeline
+from crawler.dedup import ADMIT_CHUNK, admit_links
+from crawler.embedded import crawl
+from crawler.frontier import Entry, Frontier, keys
+from crawler.settings import Settings
+from crawler.testweb import TestWeb
+from tests.unit.test_simhash import ARTICLE
+from tests.web import handlers as hw
+
+ANCHORS = 50_000
+CAP = Settings().max_links_per_page
+
+
+@contextmanager
+def slowlog(r: redis.Redis) -> Iterator[Callable[[str], list[int]]]:
+    """Records every command; yields a function giving the URLs of each call of a script (by
+    its sha): Redis keeps 31 arguments of a call and says how many more there were."""
+    old = r.config_get("slowlog-*")
+    r.config_set("slowlog-log-slower-than", 0)
+    r.config_set("slowlog-max-len", 100_000)
+    r.slowlog_reset()
+
+    raw = redis.Redis(connection_pool=r.connection_pool)
+    raw.set_response_callback("SLOWLOG GET", lambda response, **kw: response)
+
+    def urls_per_call(sha: str) -> list[int]:
+        out = []
+        for entry in raw.slowlog_get(100_000):
+            args = entry[3]
+            if args[:2] != [b"EVALSHA", sha.encode()]:
+                continue
+            argc = len(args)
+            if args[-1].startswith(b"... ("):  # Redis kept 31 arguments and counted the rest
+                argc = 31 + int(args[-1].split(b"(")[1].split()[0])
+            out.append((argc - 13) // 4)  # EVALSHA sha numkeys, 10 fixed, then 4 per URL
+        return out
+
+    try:
+        yield urls_per_call
+    finally:
+        r.config_set("slowlog-log-slower-than", old["slowlog-log-slower-than"])
+        r.config_set("slowlog-max-len", old["slowlog-max-len"])
+        r.slowlog_reset()
+
+
+def test_a_page_of_50000_anchors_is_capped_sent_compactly_and_admitted_in_chunks(
+        r: redis.Redis, make_web: Callable[..., TestWeb], tmp_path: Path) -> None:
+    web = make_web(1, 1)
+    # A long page URL: it rides along with its links, so a copy per link would show.
+    path = "/" + "a" * 1500
+    web.route(0, path, hw.body(b"<html><body>" + b"".join(b'<a href="/l/%d">x</a>' % i for i in range(ANCHORS))))
+    page_url = web.url(0, path)
+    settings = Settings.from_env(store=f"sqlite:///{tmp_path}/c.db", shards=1, obey_robots=False)
+    job_id = jobs.submit(r, settings, [page_url])
+    ctx = pipeline.Context(r)
+    job = jobs.load(r, job_id)
+    d = ctx.frontier.dispatch(job_id, 0, max_urls=1, per_host=1, delay=0, lease_timeout=60, concurrency=1)
+    [(token, entries)] = d.batches()
+    pages, batches = pipeline.parse_stage(ctx, job, token, pipeline.fetch_stage(ctx, job, token,
+                                                                                [e.encode() for e in entries]))
+    [(shard, batch)] = batches.items()
+    message = json.dumps(batch)
+    pending = r.hget(keys.prefix(job_id) + "pendb", pipeline.link_token(token, shard)) or b""
+    # Before: 50,000 links, each with the page's URL: 78 MB here.
+    assert len(message) < len(page_url) + 40 * CAP and len(pending) == len(message)
+    print(f"link batch of {CAP} links from a page of {ANCHORS}: {len(message)} bytes of JSON")
+    assert pipeline.store_stage(ctx, job, token, pages) == 1
+    [(outlinks,)] = sqlite3.connect(tmp_path / "c.db").execute("SELECT outlinks FROM pages").fetchall()
+    assert len(json.loads(outlinks)) == CAP
+    with slowlog(r) as urls_per_call:
+        admitted = pipeline.dedup_stage(ctx, job, pipeline.link_token(token, shard), batch)
+        calls = urls_per_call(ctx.frontier._admit.sha)
+    assert len(admitted) == CAP == len(set(admitted))
+    assert calls and max(calls) <= ADMIT_CHUNK and sum(calls) == CAP, calls
+    q = r.lrange(keys.host_queue(job_id, urlsplit(page_url).netloc), 0, -1)
+    assert {Entry.decode(e).referrer for e in q} == {page_url}  # each entry keeps its referrer
+    assert not r.exists(keys.prefix(job_id) + "pendb", keys.prefix(job_id) + "pend")
+    c = jobs.status(r, job_id)["counters"]
+    assert c["links_capped"] == 1 and c["links_dropped"] == ANCHORS - CAP
+    ctx.close()
+
+
+def test_a_batch_redelivered_after_some_of_its_parts_admits_the_rest_once(r: redis.Redis, tmp_path: Path) -> None:
+    settings = Settings.from_env(store=f"sqlite:///{tmp_path}/c.db", shards=1, dedup="set")
+    job_id = jobs.submit(r, settings, ["http://seed.example/"])
+    job = jobs.load(r, job_id)
+    ctx = pipeline.Context(r)
+    urls = [f"http://seed.example/{i}" for i in range(2 * ADMIT_CHUNK + 10)]
+    batch = [["http://seed.example/", 1, urls]]
+    ctx.frontier.expect(job_id, {"t:0": batch})
+    # The first delivery admitted part 0, then its worker died.
+    first = ctx.frontier.admit(job_id, [Entry(u, 1, "http://seed.example/") for u in urls[:ADMIT_CHUNK]], 1,
+                               token="t:0", part=0, last=False)
+    assert len(first) == ADMIT_CHUNK
+    assert r.zscore(keys.prefix(job_id) + "pend", "t:0") is not None  # the batch is not over
+    assert pipeline.dedup_stage(ctx, job, "t:0", batch) == urls[ADMIT_CHUNK:]
+    assert pipeline.dedup_stage(ctx, job, "t:0", batch) == []  # and once more: nothing
+    assert not [k for k in r.scan_iter(keys.prefix(job_id) + "pend*")]
+    c = jobs.status(r, job_id)["counters"]
+    assert c["admitted"] == len(urls) + 1
+    # A single link as messages from before groups carried it is still admitted.
+    ctx.frontier.expect(job_id, ["t:1"])
+    assert pipeline.dedup_stage(ctx, job, "t:1", [["http://seed.example/old", 2, "http://seed.example/"]]) == [
+        "http://seed.example/old"]
+    ctx.close()
+
+
+def test_the_host_budget_is_on_by_default(r: redis.Redis, tmp_path: Path) -> None:
+    # The exact seen-set, to keep the test short: the budget is the same for both.
+    settings = Settings.from_env(store=f"sqlite:///{tmp_path}/c.db", shards=1, dedup="set")
+    budget = settings.max_pages_per_host
+    assert 10_000 <= budget <= 1_000_000
+    job_id = jobs.submit(r, settings, ["http://trap.example/"])
+    entries = [Entry(f"http://trap.example/?d={i}", 1) for i in range(budget)]
+    queued, _ = admit_links(r, Frontier(r), job_id, settings, entries)
+    assert len(queued) == budget - 1  # with the seed, the host's budget exactly
+    assert jobs.status(r, job_id)["counters"]["dropped_host_budget"] == 1
+
+
+class _SessionTrap(BaseHTTPRequestHandler):
+    """``/`` links to a session page; every session page is the same article under its id and
+    links to three pages with new ids."""
+
+    protocol_version = "HTTP/1.1"
+    served: list[str] = []
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        parts = urlsplit(self.path)
+        if parts.path == "/":
+            body = hw.html("trap", [f"/session?sid={random.getrandbits(48)}"])
+        elif parts.path == "/session":
+            sid = parse_qs(parts.query).get("sid", ["?"])[0]
+            body = hw.html("Your session", [f"/session?sid={random.getrandbits(48)}" for _ in range(3)],
+                           f"<p>session {sid}</p><p>{ARTICLE}</p>")
+        else:
+            hw.body(b"not here", 404)(self)
+            return
+        self.served.append(self.path)
+        hw.body(body)(self)
+
+
+def test_a_default_crawl_stays_out_of_a_session_id_trap(make_web: Callable[..., TestWeb], tmp_path: Path) -> None:
+    normal = make_web(2, 40)
+    trap = ThreadingHTTPServer(("127.0.2.7", 0), _SessionTrap)
+    threading.Thread(target=trap.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+    trap_root = f"http://127.0.2.7:{trap.server_address[1]}/"
+    try:
+        outcome = crawl(Settings.from_env(max_pages=300), [*normal.seeds(), trap_root], str(tmp_path / "out"))
+    finally:
+        trap.shutdown()
+        trap.server_close()
+    stored = {u for (u,) in sqlite3.connect(tmp_path / "out" / "crawl.db").execute("SELECT url FROM pages")}
+    assert normal.reachable_urls() <= stored
+    trapped = [u for u in stored if u.startswith(trap_root)]
+    assert len(trapped) < 20 and len(_SessionTrap.served) < 20, trapped
+    c = outcome.status["counters"]
+    assert c["dropped_trap:near_duplicate_query"] >= 1
+    print(f"trap pages {len(trapped)}, normal pages {len(normal.reachable_urls())}, counters {c}")
