@@ -82,23 +82,32 @@ class Layer:
 # KEYS: segment, meta, memo ('' when not memoised). ARGV: layer, k, segment_bits, capacity, then
 # h1, h2, id per URL. Returns one character per URL: '1' new, '0' seen, '?' not taken because the
 # layer is full (the caller grows a layer and adds those there); or 'STALE' if a newer layer exists.
+# A URL the memo already answers for keeps that answer and its bits are left alone: two runs of
+# one batch (a redelivery while the first still runs) can both miss the memo before either adds,
+# and the second must not then record the first one's bits as "seen".
 _ADD = """
 local layer, k, m, cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 if tonumber(redis.call('HGET', KEYS[2], 'layers')) ~= layer + 1 then return 'STALE' end
 local filled = tonumber(redis.call('HGET', KEYS[2], 'n:' .. layer) or '0')
 local memo = KEYS[3]
-local out, new = {}, 0
+local out, todo, new = {}, {}, 0
 local n = (#ARGV - 4) / 3
+for u = 0, n - 1 do
+  local known = false
+  if memo ~= '' then known = redis.call('HGET', memo, ARGV[7 + 3 * u]) end
+  if known then out[u + 1] = known else todo[#todo + 1] = u end
+end
 -- Many URLs per BITFIELD call (one call has a per-call cost), few enough to unpack, and never
 -- more than the layer has room for.
 local group = math.floor(7000 / (4 * k))
-local u0 = 0
-while u0 < n do
+local t0 = 1
+while t0 <= #todo do
   local room = cap - filled - new
   if room <= 0 then break end
-  local u1 = math.min(n - 1, u0 + math.min(group, room) - 1)
+  local t1 = math.min(#todo, t0 + math.min(group, room) - 1)
   local args, c = {}, 0
-  for u = u0, u1 do
+  for t = t0, t1 do
+    local u = todo[t]
     local a, b = tonumber(ARGV[5 + 3 * u]), tonumber(ARGV[6 + 3 * u])
     for j = 0, k - 1 do
       args[c + 1] = 'SET'; args[c + 2] = 'u1'; args[c + 3] = (a + j * b) % m; args[c + 4] = 1
@@ -106,17 +115,18 @@ while u0 < n do
     end
   end
   local old = redis.call('BITFIELD', KEYS[1], unpack(args, 1, c))
-  for u = 0, u1 - u0 do
+  for t = t0, t1 do
     local flag = '0'
-    for j = u * k + 1, u * k + k do
+    local base = (t - t0) * k
+    for j = base + 1, base + k do
       if old[j] == 0 then flag = '1'; new = new + 1; break end
     end
-    out[#out + 1] = flag
-    if memo ~= '' then redis.call('HSET', memo, ARGV[7 + 3 * (u0 + u)], flag) end
+    out[todo[t] + 1] = flag
+    if memo ~= '' then redis.call('HSET', memo, ARGV[7 + 3 * todo[t]], flag) end
   end
-  u0 = u1 + 1
+  t0 = t1 + 1
 end
-for _ = u0, n - 1 do out[#out + 1] = '?' end
+for t = t0, #todo do out[todo[t] + 1] = '?' end
 if memo ~= '' then redis.call('EXPIRE', memo, 3600) end
 if new > 0 then redis.call('HINCRBY', KEYS[2], 'n:' .. layer, new) end
 return table.concat(out)
@@ -203,17 +213,26 @@ class BloomSeen:
                 if flag is not None:
                     answer[i] = flag == b"1"
         todo = [i for i in range(len(urls)) if i not in answer]
+        in_frozen: list[int] = []
         while todo:
             layers = self.layers()
             current = layers[-1]
             if len(layers) > 1:
+                before = set(todo)
                 todo = self._drop_seen_in_frozen(todo, hashes, layers[:-1], answer)
+                in_frozen += sorted(before.difference(todo))
             stale = self._add_to(current, todo, hashes, ids, memo, answer)
             todo = [i for i in todo if i not in answer]
             if todo and not stale:
                 self._create(current.index + 1)  # the layer is full: what is left goes to a new one
             if todo:
                 self.layers(refresh=True)
+        if memo and in_frozen:
+            # Bits a run of this same batch set, before its layer froze, read as "seen" here;
+            # its memo (written with those bits, so visible now) says what it answered.
+            for i, flag in zip(in_frozen, self.redis.hmget(memo, [ids[i] for i in in_frozen]), strict=True):
+                if flag is not None:
+                    answer[i] = flag == b"1"
         return [u for i, u in enumerate(urls) if answer.get(i)]
 
     def _present(self, todo: Sequence[int], hashes: list[tuple[int, int, int]], layers: Sequence[Layer]) -> set[int]:

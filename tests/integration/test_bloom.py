@@ -11,6 +11,8 @@ import pytest
 import redis
 
 from crawler.dedup.bloom import BloomSeen, Layer
+from crawler.dedup.bloom import _hashes as bloom_hashes
+from crawler.frontier import keys
 
 
 def test_sizing_follows_the_formulas() -> None:
@@ -106,3 +108,46 @@ def test_processes_racing_on_overlapping_batches_each_url_new_once(r: redis.Redi
     assert len(won) == len(set(won))  # nobody else also saw a winner's URL as new
     assert len(won) >= 5_990  # and growth (2,000 -> more layers) happened under the race
     assert len(BloomSeen(r, "race").layers(refresh=True)) >= 2
+
+
+def test_two_runs_of_one_batch_that_both_miss_the_memo_agree(r: redis.Redis) -> None:
+    """A redelivered link batch can run beside the first delivery: both read the memo before
+    either adds. The second run's add must not record the first run's bits as "seen", or
+    whichever run admits the batch first decides, and a URL could be marked seen with nothing
+    queued (a lost page, seen once in a takeover test under load)."""
+    bloom = BloomSeen(r, "twice", capacity=10_000, p=1e-4)
+    batch = [f"http://t.com/{i}" for i in range(50)]
+    hashes = [bloom_hashes(u) for u in batch]
+    ids = [f"{h1:08x}{h2:08x}{top:016x}" for h1, h2, top in hashes]
+    memo = keys.bloom_memo("twice", "t1")
+    (layer,) = bloom.layers()
+    first: dict[int, bool] = {}
+    second: dict[int, bool] = {}
+    # Both runs past their memo read; then each adds, one after the other.
+    bloom._add_to(layer, list(range(50)), hashes, ids, memo, first)
+    bloom._add_to(layer, list(range(50)), hashes, ids, memo, second)
+    assert all(first.values()) and second == first
+    assert bloom.add_many(batch, token="t1") == batch
+
+
+def test_a_run_that_finds_the_batch_in_a_frozen_layer_takes_the_memo(
+        r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    bloom = BloomSeen(r, "frozen", capacity=100, p=1e-3)
+    batch = [f"http://f.com/{i}" for i in range(40)]
+    assert bloom.add_many(batch, token="t1") == batch
+    bloom.add_many([f"http://fill.com/{i}" for i in range(200)])  # layer 0 fills and freezes
+    assert len(bloom.layers(refresh=True)) > 1
+    # The second run read the memo before the first run added (it found nothing); it then
+    # finds the URLs in the frozen layer, and must take the first run's answer from the memo.
+    real = r.hmget
+    reads: list[int] = []
+
+    def first_read_misses(name: str, ids: list[str]) -> list[bytes | None]:
+        reads.append(len(ids))
+        return [None] * len(ids) if len(reads) == 1 else real(name, ids)
+
+    monkeypatch.setattr(r, "hmget", first_read_misses)
+    assert bloom.add_many(batch, token="t1") == batch
+    assert len(reads) == 2
+    monkeypatch.undo()
+    assert bloom.add_many(batch, token="t2") == []
