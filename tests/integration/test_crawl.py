@@ -20,6 +20,7 @@ from crawler import jobs
 from crawler.settings import Settings
 from crawler.sharding import shard_of_url
 from crawler.testweb import TestWeb
+from crawler.testweb.server import Hit
 from tests.conftest import ROOT, Workers, wait_done
 
 
@@ -169,16 +170,18 @@ def test_politeness_delay_per_host_and_hosts_in_parallel(make_web: Callable[...,
     t1 = _crawl_time(r, one, tmp_path, "one")
     t5 = _crawl_time(r, five, tmp_path, "five")
     for web in (one, five):
-        by_site: dict[int, list[float]] = {}
+        by_site: dict[int, list[Hit]] = {}
         for h in web.hits():
             if h.path == "/robots.txt":
                 continue
-            by_site.setdefault(h.site, []).append(h.start)
+            by_site.setdefault(h.site, []).append(h)
         assert sum(len(v) for v in by_site.values()) == len(web.reachable_urls())
-        for starts in by_site.values():
-            starts.sort()
-            gaps = [b - a for a, b in itertools.pairwise(starts)]
-            assert min(gaps) >= 0.2, min(gaps)
+        for hits in by_site.values():
+            hits.sort(key=lambda h: h.start)
+            for a, b in itertools.pairwise(hits):
+                # Both hits in full on failure: a gap this short has been seen only on a machine
+                # at load 10, and which requests they were is the clue.
+                assert b.start - a.start >= 0.2, (b.start - a.start, a, b)
     # Five times the pages on five hosts: the hosts proceed in parallel.
     assert t5 < 2 * t1, (t1, t5)
 
