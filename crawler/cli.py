@@ -15,11 +15,11 @@ from typing import Any, NoReturn
 import redis
 
 from crawler import jobs
-from crawler.errors import BadURL
+from crawler.errors import BadURL, ConfigError, CrawlerError, JobNotFound
 from crawler.redact import has_password, redact
 from crawler.settings import Settings, parse_text
 from crawler.stopsignals import exit_status
-from crawler.store import StoreURLError, open_store
+from crawler.store import open_store
 
 log = logging.getLogger("crawler")
 
@@ -82,7 +82,10 @@ def _client(url: str | None) -> redis.Redis:
     from crawler.app import redis_url
     from crawler.redisconn import check_version, connect
 
-    client = connect(url or redis_url())
+    try:
+        client = connect(url or redis_url())
+    except ValueError as exc:  # redis-py's verdict on the URL's form
+        raise ConfigError(str(exc)) from exc
     check_version(client)
     return client
 
@@ -173,7 +176,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     if not 0 <= args.timeout < float("inf"):  # a NaN deadline would never pass
-        raise ValueError(f"--timeout must be a finite number of seconds >= 0, got {args.timeout!r}")
+        raise ConfigError(f"--timeout must be a finite number of seconds >= 0, got {args.timeout!r}")
     client = _client(args.redis_url)
     deadline = time.monotonic() + args.timeout if args.timeout else None
     while True:
@@ -390,7 +393,7 @@ def cmd_settings(args: argparse.Namespace) -> int:
         text = path.read_text()
         begin, end = "<!-- settings:begin -->\n", "<!-- settings:end -->"
         if begin not in text or end not in text:
-            raise ValueError(f"{path} has no {begin.strip()} ... {end} markers")
+            raise ConfigError(f"{path} has no {begin.strip()} ... {end} markers")
         head, rest = text.split(begin, 1)
         path.write_text(head + begin + table + "\n" + end + rest.split(end, 1)[1])
     else:
@@ -505,22 +508,30 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     args = build_parser().parse_args(argv)
+    # Only the crawler's own errors and its environment's (Redis unreachable, a file or socket
+    # failing) become one line: anything else is a bug, and its traceback is what fixes it.
     try:
         return int(args.func(args))
-    except (BadURL, StoreURLError, ValueError) as exc:
-        print(redact(f"crawler {args.command}: {_one_line(str(exc))}"), file=sys.stderr)
-        return 2
-    except KeyError as exc:
-        print(redact(f"crawler {args.command}: {_one_line(str(exc.args[0] if exc.args else exc))}"), file=sys.stderr)
-        return 2
+    except CrawlerError as exc:
+        line, code = _crawler_error(exc)
     except BrokenPipeError:
         return 0  # the reader (``| head``) has what it wanted
     except redis.ConnectionError as exc:
-        print(redact(f"crawler {args.command}: cannot reach Redis: {exc}"), file=sys.stderr)
-        return 1
-    except Exception as exc:
-        print(redact(f"crawler {args.command}: {type(exc).__name__}: {_one_line(str(exc))}"), file=sys.stderr)
-        return 1
+        line, code = f"cannot reach Redis: {exc}", 1
+    except OSError as exc:
+        line, code = f"{type(exc).__name__}: {_one_line(str(exc))}", 1
+    print(redact(f"crawler {args.command}: {line}"), file=sys.stderr)
+    return code
+
+
+def _crawler_error(exc: CrawlerError) -> tuple[str, int]:
+    """The line and exit status for one of the crawler's own errors: 2 for input that cannot be
+    used (a setting, flag, seed, store URL or job id), 1 for a failure along the way."""
+    if isinstance(exc, JobNotFound):  # str() of a KeyError is its repr, quotes and all
+        return _one_line(str(exc.args[0] if exc.args else exc)), 2
+    if isinstance(exc, (BadURL, ValueError)):
+        return _one_line(str(exc)), 2
+    return f"{type(exc).__name__}: {_one_line(str(exc))}", 1
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from redis import Redis
 from crawler import jobs
 from crawler.dedup import admit_links, bloom_for
 from crawler.dedup.neardup import NearDuplicates
+from crawler.errors import JobNotFound
 from crawler.frontier import Entry, Frontier, keys, lua
 from crawler.jobs import Job
 from crawler.schedule import next_cycle
@@ -54,7 +55,7 @@ def start_cycle(redis: Redis, job_id: str, open_store: OpenStore, now: float) ->
     """Start the job's next cycle if it is due; return its number, or 0."""
     status, due = redis.hmget(keys.meta(job_id), ["status", "next_cycle_at"])
     if status is None:
-        raise KeyError(job_id)
+        raise JobNotFound(job_id)
     if status.decode() not in (jobs.WAITING, jobs.STARTING):
         return 0
     job = jobs.load(redis, job_id, max_age=0)

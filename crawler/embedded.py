@@ -17,6 +17,7 @@ from typing import Any
 import redis
 
 from crawler import jobs
+from crawler.errors import CrawlerError
 from crawler.lifeline import PARENT_ENV
 from crawler.redact import password_of
 from crawler.redis_server import RedisServer
@@ -29,7 +30,7 @@ from crawler.storeplace import StoreNotAllowed, place_dir, place_store
 Progress = Callable[[dict[str, Any], float], None]
 
 
-class CrawlFailed(RuntimeError):
+class CrawlFailed(CrawlerError, RuntimeError):
     pass
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from redis import Redis
 
-from crawler.errors import BadURL, shown
+from crawler.errors import BadURL, JobNotFound, shown
 from crawler.frontier import Entry, Frontier, keys, lua
 from crawler.lru import LRU
 from crawler.redact import redact_settings_json, strip_password
@@ -103,7 +103,7 @@ def load(redis: Redis, job_id: str, *, max_age: float = 5.0) -> Job:
         return hit[1]
     raw = redis.hget(keys.meta(job_id), "settings")
     if raw is None:
-        raise KeyError(f"no such job: {job_id}")
+        raise JobNotFound(f"no such job: {job_id}")
     values = json.loads(raw)
     job = Job(job_id, Settings.from_env(**values), frozenset(values["allow_domains"]))
     _cache.put(job_id, (time.monotonic(), job))
@@ -113,7 +113,7 @@ def load(redis: Redis, job_id: str, *, max_age: float = 5.0) -> Job:
 def seeds(redis: Redis, job_id: str) -> list[str]:
     raw = redis.hget(keys.meta(job_id), "seeds")
     if raw is None:
-        raise KeyError(f"no such job: {job_id}")
+        raise JobNotFound(f"no such job: {job_id}")
     return list(json.loads(raw))
 
 
@@ -131,7 +131,7 @@ def status(redis: Redis, job_id: str) -> dict[str, Any]:
     pipe.exists(keys.store_error(job_id))
     meta, cnt, store_down = pipe.execute()
     if not meta:
-        raise KeyError(f"no such job: {job_id}")
+        raise JobNotFound(f"no such job: {job_id}")
     out: dict[str, Any] = {k.decode(): v.decode() for k, v in meta.items()}
     if "settings" in out:  # a job submitted before passwords were stripped may still hold one
         out["settings"] = redact_settings_json(out["settings"])
@@ -224,7 +224,7 @@ def seen_space(redis: Redis, job_id: str) -> str:
     each cycle and each rebuild by ``crawler recover``. KeyError if Redis has no such job."""
     status, cycle, epoch = redis.hmget(keys.meta(job_id), ["status", "cycle", "epoch"])
     if status is None:
-        raise KeyError(f"no such job: {job_id}")
+        raise JobNotFound(f"no such job: {job_id}")
     return f"{job_id}:{int(cycle or 0)}:{(epoch or b'').decode()}"
 
 

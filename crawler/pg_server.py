@@ -23,10 +23,11 @@ from pathlib import Path
 
 import psycopg
 
+from crawler.errors import CrawlerError
 from crawler.redis_server import free_port
 
 
-class PgServerError(RuntimeError):
+class PgServerError(CrawlerError, RuntimeError):
     pass
 
 

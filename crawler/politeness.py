@@ -14,6 +14,7 @@ from typing import Any
 from redis import Redis
 
 from crawler import errors
+from crawler.errors import Reason
 from crawler.fetch.client import FetchConfig, Fetcher, FetchResult, HopCheck
 from crawler.fetch.robots import (
     ROBOTS_MAX_BYTES,
@@ -109,8 +110,8 @@ class Politeness:
         for host, raw in zip(names, current, strict=True):
             d = float(raw) if raw is not None else floors[host]
             for r in hosts[host]:
-                if r.status is None and r.error in ("robots", "robots_unavailable", "out_of_scope",
-                                                    "blocked_network", "bad_url"):
+                if r.status is None and r.error in (Reason.ROBOTS, Reason.ROBOTS_UNAVAILABLE, Reason.OUT_OF_SCOPE,
+                                                    Reason.BLOCKED_NETWORK, Reason.BAD_URL):
                     continue  # no request was made to this host
                 retry_after = parse_retry_after(r.header("retry-after")) if r.status in (429, 503) else None
                 d = next_delay(d, floor=floors[host], latency=r.elapsed, status=r.status,

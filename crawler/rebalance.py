@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from redis import Redis
 
 from crawler import jobs, liveshards
+from crawler.errors import ConfigError, JobNotFound
 from crawler.frontier import keys
 from crawler.liveshards import LiveSet
 from crawler.sharding import queue_name, shard_of_host, standby
@@ -85,10 +86,10 @@ class Moved:
 def set_shards(redis: Redis, job_id: str, shards: int) -> Moved:
     """Give a running job ``shards`` shards and move what must move."""
     if not 1 <= shards <= MAX_SHARDS:
-        raise ValueError(f"shard count must be 1..{MAX_SHARDS}, got {shards}")
+        raise ConfigError(f"shard count must be 1..{MAX_SHARDS}, got {shards}")
     raw = redis.hget(keys.meta(job_id), "settings")
     if raw is None:
-        raise KeyError(f"no such job: {job_id}")
+        raise JobNotFound(f"no such job: {job_id}")
     values = json.loads(raw)
     # The highest count the job ever had: queues and ready sets up to it may still hold work.
     known = max(int(values["shards"]), shards, int(redis.hget(keys.meta(job_id), "shards_before") or 0))

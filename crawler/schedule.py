@@ -12,7 +12,7 @@ from typing import Any
 
 from celery.schedules import crontab
 
-from crawler.errors import shown
+from crawler.errors import ConfigError, shown
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -22,7 +22,7 @@ def parse_duration(text: str) -> float:
     """``90``, ``90s``, ``15m``, ``6h``, ``1d``, ``2w`` -> seconds."""
     m = _DURATION.match(text)
     if not m:
-        raise ValueError(f"not a duration: {shown(text)} (try 30s, 15m, 6h, 1d)")
+        raise ConfigError(f"not a duration: {shown(text)} (try 30s, 15m, 6h, 1d)")
     return float(m.group(1)) * _UNITS[m.group(2) or "s"]
 
 
@@ -30,12 +30,12 @@ def parse_cron(expr: str) -> crontab:
     """A five-field cron expression (minute hour day-of-month month day-of-week), in UTC."""
     parts = expr.split()
     if len(parts) != 5:
-        raise ValueError(f"cron expression {shown(expr)} needs 5 fields: minute hour day-of-month month day-of-week")
+        raise ConfigError(f"cron expression {shown(expr)} needs 5 fields: minute hour day-of-month month day-of-week")
     minute, hour, dom, month, dow = parts
     try:
         return crontab(minute=minute, hour=hour, day_of_month=dom, month_of_year=month, day_of_week=dow)
     except ValueError as exc:
-        raise ValueError(f"cron expression {shown(expr)}: {exc}") from exc
+        raise ConfigError(f"cron expression {shown(expr)}: {exc}") from exc
 
 
 def cron_after(c: crontab, t: float) -> float:
@@ -52,7 +52,7 @@ def cron_after(c: crontab, t: float) -> float:
                     if slot > at:
                         return slot.timestamp()
         day += dt.timedelta(days=1)
-    raise ValueError("cron expression never fires")
+    raise ConfigError("cron expression never fires")
 
 
 def next_cycle(every: float, cron: str, scheduled: float, now: float) -> float:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from crawler.errors import shown
+from crawler.errors import ConfigError, shown
 
 
 def _s(default: Any, doc: str, *, job: bool = False) -> Any:
@@ -177,7 +177,7 @@ def process_limit(name: str, env: Mapping[str, str] | None = None) -> int:
     return value if value >= 1 else int(f.default)
 
 
-class SettingError(ValueError):
+class SettingError(ConfigError):
     """A setting's value cannot be used; the message is one line naming the setting."""
 
 

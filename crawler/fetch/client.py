@@ -104,7 +104,7 @@ class Fetcher(Protocol):
         ...
 
 
-def status_error(status: int) -> str | None:
+def status_error(status: int) -> errors.Reason | None:
     if status == 429:
         return errors.HTTP429.reason
     if status >= 500:
@@ -114,12 +114,12 @@ def status_error(status: int) -> str | None:
     return None
 
 
-def map_exception(exc: BaseException) -> str:
+def map_exception(exc: BaseException) -> errors.Reason:
     """Translate a transport exception into a stable reason code."""
     if isinstance(exc, errors.CrawlError):
         return exc.reason
     if isinstance(exc, (asyncio.TimeoutError, httpx.TimeoutException)):
-        return errors.TimeoutError_.reason
+        return errors.FetchTimeout.reason
     if isinstance(exc, httpx.ConnectError):
         text = str(exc).lower()
         if "name or service not known" in text or "nodename nor servname" in text or "name resolution" in text:
@@ -135,7 +135,7 @@ def map_exception(exc: BaseException) -> str:
         return errors.ProtocolError.reason
     if isinstance(exc, (httpx.NetworkError, OSError)):
         return errors.ConnectError.reason
-    return "internal"
+    return errors.Internal.reason
 
 
 class HttpFetcher:

@@ -58,7 +58,7 @@ def parse_networks(specs: Iterable[str]) -> list[IPNetwork]:
         try:
             out.append(ipaddress.ip_network(spec.strip(), strict=False))
         except ValueError as exc:
-            raise ValueError(f"not a network: {spec!r} ({exc})") from exc
+            raise errors.ConfigError(f"not a network: {spec!r} ({exc})") from exc
     return out
 
 

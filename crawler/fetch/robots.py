@@ -26,6 +26,7 @@ from lxml import etree
 from protego import Protego
 from redis import Redis
 
+from crawler.errors import Reason
 from crawler.fetch.netguard import parse_networks
 from crawler.lru import ENTRY_OVERHEAD, LRU
 
@@ -41,7 +42,7 @@ def origin_of(url: str) -> str:
 
 # Outcomes that are our own verdict on the request, not the origin's answer: another job, or
 # this one once its settings change, may be allowed what this one was refused.
-NOT_CACHED = frozenset({"blocked_network", "bad_url", "internal"})
+NOT_CACHED = frozenset({Reason.BLOCKED_NETWORK, Reason.BAD_URL, Reason.INTERNAL})
 
 
 @lru_cache(maxsize=256)  # a few policies per worker; the key is the policy itself
@@ -92,13 +93,13 @@ class RobotsPolicy:
             return False
         return True if self._rules is None else bool(self._rules.can_fetch(url, agent))
 
-    def block_reason(self, url: str, agent: str) -> str | None:
-        """Why the URL may not be fetched now (a reason code), or None."""
-        if self.error == "blocked_network":
-            return "blocked_network"
+    def block_reason(self, url: str, agent: str) -> Reason | None:
+        """Why the URL may not be fetched now, or None."""
+        if self.error == Reason.BLOCKED_NETWORK:
+            return Reason.BLOCKED_NETWORK
         if self.unavailable:
-            return "robots_unavailable"
-        return None if self.allowed(url, agent) else "robots"
+            return Reason.ROBOTS_UNAVAILABLE
+        return None if self.allowed(url, agent) else Reason.ROBOTS
 
     def crawl_delay(self, agent: str) -> float | None:
         delay = self._rules.crawl_delay(agent) if self._rules is not None else None
@@ -163,9 +164,9 @@ class RobotsCache:
 def policy_from_fetch(status: int | None, body: bytes, error: str | None, *, ttl: float,
                       retry_ttl: float, now: float | None = None) -> RobotsPolicy:
     now = time.time() if now is None else now
-    if error in ("too_many_redirects", "redirect_loop"):
+    if error in (Reason.TOO_MANY_REDIRECTS, Reason.REDIRECT_LOOP):
         return RobotsPolicy(404, "", now + ttl)  # RFC 9309: may be treated as unavailable (4xx)
-    if error == "blocked_network":
+    if error == Reason.BLOCKED_NETWORK:
         return RobotsPolicy(None, "", now + ttl, error)  # our rule, not the server's state
     if status is None or status >= 500:
         return RobotsPolicy(status, "", now + retry_ttl, error)

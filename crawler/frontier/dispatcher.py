@@ -18,6 +18,7 @@ import redis
 from celery import bootsteps
 
 from crawler import jobs, liveshards, takeover
+from crawler.errors import Reason
 from crawler.frontier import keys
 from crawler.frontier.core import Frontier
 from crawler.liveshards import LiveSet
@@ -195,7 +196,7 @@ class DispatcherStep(bootsteps.StartStopStep):
             send(fetch, shard, job_id, shard, token, entries)
 
         def send_failed(job_id: str, shard: int, token: str, entries: list[str]) -> None:
-            send_shared(store, job_id, shard, token, [failed_page(e, "lease_expired") for e in entries])
+            send_shared(store, job_id, shard, token, [failed_page(e, Reason.LEASE_EXPIRED) for e in entries])
 
         def send_links(job_id: str, shard: int, token: str, links: list[Any]) -> None:
             send(dedup, shard, job_id, token, links)

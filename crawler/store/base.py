@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from crawler.errors import ConfigError, StoreError
 from crawler.redact import redact
 
 
@@ -103,8 +104,9 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
-class StoreURLError(ValueError):
-    pass
+class StoreURLError(StoreError, ConfigError):
+    """The store URL cannot be used (no scheme, no file, unknown scheme). A ``ValueError``, as a
+    configuration error is."""
 
 
 class StoreRefused(StoreURLError):
@@ -113,7 +115,7 @@ class StoreRefused(StoreURLError):
     an outage, waiting will not help: the job is stopped with the reason."""
 
 
-class StoreUnavailable(Exception):
+class StoreUnavailable(StoreError):
     """The store cannot take writes just now (the server is down or restarting, a connection was
     lost, a WARC file could not be written): nothing was committed, and the same call may be
     tried again later. Backends translate their transient errors into this, with a one-line
