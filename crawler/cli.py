@@ -518,6 +518,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0  # the reader (``| head``) has what it wanted
     except redis.ConnectionError as exc:
         line, code = f"cannot reach Redis: {exc}", 1
+    except redis.TimeoutError as exc:
+        # The environment's failure, not a bug: Redis too busy to answer within the timeout.
+        line, code = f"Redis did not answer in time: {_one_line(str(exc))}", 1
     except OSError as exc:
         line, code = f"{type(exc).__name__}: {_one_line(str(exc))}", 1
     print(redact(f"crawler {args.command}: {line}"), file=sys.stderr)
