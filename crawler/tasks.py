@@ -1,18 +1,20 @@
-"""The four Celery tasks: thin glue that decodes a message, calls ``crawler.pipeline`` and
+"""The four Celery tasks: thin glue that decodes a message, calls ``crawler.stages`` and
 routes what comes back to the queue of the shard that owns it."""
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from celery import Task
 from redis import exceptions as redis_errors
 
-from crawler import jobs, liveshards, pipeline
+from crawler import jobs, liveshards, stages
 from crawler.app import app, redis_url
 from crawler.frontier import keys
+from crawler.messages import BadMessage, groups_from_json, groups_to_json, pages_from_json, pages_to_json
 from crawler.redisconn import connect
 from crawler.settings import Settings
 from crawler.sharding import SHARED_QUEUE, queue_name
@@ -20,15 +22,17 @@ from crawler.store import StoreRefused, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
-_ctx: pipeline.Context | None = None
+T = TypeVar("T")
+
+_ctx: stages.Context | None = None
 _ctx_pid = 0
 
 
-def context(node: str | None = None) -> pipeline.Context:
+def context(node: str | None = None) -> stages.Context:
     """This process's Context, rebuilt after a fork."""
     global _ctx, _ctx_pid
     if _ctx is None or _ctx_pid != os.getpid():
-        _ctx = pipeline.Context(connect(redis_url()))
+        _ctx = stages.Context.default(connect(redis_url()))
         _ctx_pid = os.getpid()
         if node:
             _ctx.node = node
@@ -92,9 +96,23 @@ def send_shared(task: Task, *args: Any) -> None:
     _publish(task, SHARED_QUEUE, args)
 
 
-def routed(ctx: pipeline.Context, job: jobs.Job, shard: int) -> int:
+def routed(ctx: stages.Context, job: jobs.Job, shard: int) -> int:
     """``shard``, or a live stand-in while it is down (its hosts are taken over)."""
     return liveshards.route(ctx.redis, shard, job.settings.shards)
+
+
+def _decode(ctx: stages.Context, task: Task, job_id: str, decode: Callable[[Any], T], data: Any) -> T | None:
+    """The stage's input from a message, or None for a message this worker cannot read (one
+    of another schema version, from a worker of another release, or malformed): a failure of
+    the task like any other (``task_failed:<task>``), also counted as ``bad_message`` and logged
+    in one line, and dropped rather than retried, since no retry makes it readable."""
+    try:
+        return decode(data)
+    except BadMessage as exc:
+        log.error("job %s: dropping %s message %s: %s", job_id, task.name, task.request.id, exc)
+        if ctx.redis.exists(keys.meta(job_id)):
+            jobs.count(ctx.redis, job_id, bad_message=1, **{f"task_failed:{task.name}": 1})
+        return None
 
 
 @app.task(name="crawler.fetch", base=CrawlTask, bind=True)
@@ -102,46 +120,54 @@ def fetch(self: Task, job_id: str, shard: int, token: str, entries: list[str]) -
     ctx = context(self.request.hostname)
     job = jobs.load(ctx.redis, job_id)
     try:
-        pages = pipeline.fetch_stage(ctx, job, token, entries)
+        pages = stages.fetch_stage(ctx, job, token, entries)
     except StoreRefused as exc:
-        pipeline.refuse(ctx, job, exc)
+        stages.refuse(ctx, job, exc)
         return
     if pages:
-        send_shared(parse, job_id, shard, token, pages)
+        send_shared(parse, job_id, shard, token, pages_to_json(pages))
 
 
 @app.task(name="crawler.parse", base=CrawlTask, bind=True)
 def parse(self: Task, job_id: str, shard: int, token: str, pages: list[dict[str, Any]]) -> None:
     ctx = context(self.request.hostname)
     job = jobs.load(ctx.redis, job_id)
-    pages, batches = pipeline.parse_stage(ctx, job, token, pages)
+    fetched = _decode(ctx, self, job_id, pages_from_json, pages)
+    if fetched is None:
+        return
+    parsed, batches = stages.parse_stage(ctx, job, token, fetched)
     # Batches stay keyed by the links' home shard, so their tokens survive a takeover (a
     # redelivered parse sends the same tokens); the dedup task may run anywhere, and admission
     # places each host on the shard serving it now.
     for target, links in batches.items():
-        send(dedup, routed(ctx, job, target), job_id, pipeline.link_token(token, target), links)
-    if pages:
-        send_shared(store, job_id, shard, token, pages)
+        send(dedup, routed(ctx, job, target), job_id, stages.link_token(token, target), groups_to_json(links))
+    if parsed:
+        send_shared(store, job_id, shard, token, pages_to_json(parsed))
 
 
 @app.task(name="crawler.dedup", base=CrawlTask, bind=True)
-def dedup(self: Task, job_id: str, token: str, links: list[list[Any]]) -> None:
+def dedup(self: Task, job_id: str, token: str, links: list[Any]) -> None:
     ctx = context(self.request.hostname)
-    pipeline.dedup_stage(ctx, jobs.load(ctx.redis, job_id), token, links)
+    groups = _decode(ctx, self, job_id, groups_from_json, links)
+    if groups is not None:
+        stages.dedup_stage(ctx, jobs.load(ctx.redis, job_id), token, groups)
 
 
 @app.task(name="crawler.store", base=CrawlTask, bind=True)
 def store(self: Task, job_id: str, shard: int, token: str, pages: list[dict[str, Any]]) -> None:
     ctx = context(self.request.hostname)
     job = jobs.load(ctx.redis, job_id)
+    fetched = _decode(ctx, self, job_id, pages_from_json, pages)
+    if fetched is None:
+        return
     try:
-        pipeline.store_stage(ctx, job, token, pages)
+        stages.store_stage(ctx, job, token, fetched)
     except StoreRefused as exc:
-        pipeline.refuse(ctx, job, exc)
+        stages.refuse(ctx, job, exc)
     except StoreUnavailable as exc:
         # The store is down: this message comes back after a backoff (the worker goes on with
         # other work meanwhile), its pages' leases renewed until then.
-        wait = pipeline.hold_for_retry(ctx, job, token, pages, exc, self.request.retries)
+        wait = stages.hold_for_retry(ctx, job, token, fetched, exc, self.request.retries)
         if wait is None:
             raise
         log.warning("job %s: store unavailable (%s); %d pages wait %.1fs", job_id, exc, len(pages), wait)
