@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from celery import Task
 from redis import exceptions as redis_errors
@@ -14,15 +13,13 @@ from redis import exceptions as redis_errors
 from crawler import jobs, liveshards, stages
 from crawler.app import app, redis_url
 from crawler.frontier import keys
-from crawler.messages import BadMessage, groups_from_json, groups_to_json, pages_from_json, pages_to_json
+from crawler.messages import groups_from_json, groups_to_json, pages_from_json, pages_to_json
 from crawler.redisconn import connect
 from crawler.settings import Settings
 from crawler.sharding import SHARED_QUEUE, queue_name
 from crawler.store import StoreRefused, StoreUnavailable
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 _ctx: stages.Context | None = None
 _ctx_pid = 0
@@ -101,20 +98,6 @@ def routed(ctx: stages.Context, job: jobs.Job, shard: int) -> int:
     return liveshards.route(ctx.redis, shard, job.settings.shards)
 
 
-def _decode(ctx: stages.Context, task: Task, job_id: str, decode: Callable[[Any], T], data: Any) -> T | None:
-    """The stage's input from a message, or None for a message this worker cannot read (one
-    of another schema version, from a worker of another release, or malformed): a failure of
-    the task like any other (``task_failed:<task>``), also counted as ``bad_message`` and logged
-    in one line, and dropped rather than retried, since no retry makes it readable."""
-    try:
-        return decode(data)
-    except BadMessage as exc:
-        log.error("job %s: dropping %s message %s: %s", job_id, task.name, task.request.id, exc)
-        if ctx.redis.exists(keys.meta(job_id)):
-            jobs.count(ctx.redis, job_id, bad_message=1, **{f"task_failed:{task.name}": 1})
-        return None
-
-
 @app.task(name="crawler.fetch", base=CrawlTask, bind=True)
 def fetch(self: Task, job_id: str, shard: int, token: str, entries: list[str]) -> None:
     ctx = context(self.request.hostname)
@@ -132,7 +115,7 @@ def fetch(self: Task, job_id: str, shard: int, token: str, entries: list[str]) -
 def parse(self: Task, job_id: str, shard: int, token: str, pages: list[dict[str, Any]]) -> None:
     ctx = context(self.request.hostname)
     job = jobs.load(ctx.redis, job_id)
-    fetched = _decode(ctx, self, job_id, pages_from_json, pages)
+    fetched = stages.read_message(ctx, self.name, job_id, pages_from_json, pages)
     if fetched is None:
         return
     parsed, batches = stages.parse_stage(ctx, job, token, fetched)
@@ -148,7 +131,7 @@ def parse(self: Task, job_id: str, shard: int, token: str, pages: list[dict[str,
 @app.task(name="crawler.dedup", base=CrawlTask, bind=True)
 def dedup(self: Task, job_id: str, token: str, links: list[Any]) -> None:
     ctx = context(self.request.hostname)
-    groups = _decode(ctx, self, job_id, groups_from_json, links)
+    groups = stages.read_message(ctx, self.name, job_id, groups_from_json, links)
     if groups is not None:
         stages.dedup_stage(ctx, jobs.load(ctx.redis, job_id), token, groups)
 
@@ -157,7 +140,7 @@ def dedup(self: Task, job_id: str, token: str, links: list[Any]) -> None:
 def store(self: Task, job_id: str, shard: int, token: str, pages: list[dict[str, Any]]) -> None:
     ctx = context(self.request.hostname)
     job = jobs.load(ctx.redis, job_id)
-    fetched = _decode(ctx, self, job_id, pages_from_json, pages)
+    fetched = stages.read_message(ctx, self.name, job_id, pages_from_json, pages)
     if fetched is None:
         return
     try:

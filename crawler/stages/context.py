@@ -1,5 +1,6 @@
-"""The per-process resources the stages share, and ``refuse``: how a stage stops a job whose
-store this worker may not use."""
+"""The per-process resources the stages share; ``read_message``, how the task glue turns a
+message into a stage's input; and ``refuse``, how a stage stops a job whose store this worker
+may not use."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, TypeVar, cast
 
 from redis import Redis
 
@@ -16,9 +17,10 @@ from crawler import jobs
 from crawler.dedup import SeenCache, SeenSet, seen_set
 from crawler.dedup.neardup import NearDuplicates
 from crawler.fetch import Fetcher
-from crawler.frontier import Frontier
+from crawler.frontier import Frontier, keys
 from crawler.jobs import Job
 from crawler.lru import LRU
+from crawler.messages import BadMessage
 from crawler.politeness import Politeness
 from crawler.settings import Settings
 from crawler.store import Store, StoreRefused, open_store
@@ -26,6 +28,8 @@ from crawler.store.warc import WarcFiles
 from crawler.storeplace import place_dir, place_store
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def _node() -> str:
@@ -111,6 +115,21 @@ class Context:
             s.close()
         for w in self._warcs.clear():
             w.close()
+
+
+def read_message(ctx: Context, task: str, job_id: str, decode: Callable[[Any], T], data: Any) -> T | None:
+    """``decode(data)``, or None for a message this worker cannot read (one of another schema
+    version, from a worker of another release, or malformed). Such a message is a failure of
+    its task like any other (``task_failed:<task>``), also counted as ``bad_message`` and
+    logged in one line; the caller drops it rather than retry, since no retry makes it
+    readable."""
+    try:
+        return decode(data)
+    except BadMessage as exc:
+        log.error("job %s: dropping a %s message: %s", job_id, task, exc)
+        if ctx.redis.exists(keys.meta(job_id)):
+            jobs.count(ctx.redis, job_id, bad_message=1, **{f"task_failed:{task}": 1})
+        return None
 
 
 def refuse(ctx: Context, job: Job, error: StoreRefused) -> None:
