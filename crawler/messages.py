@@ -118,8 +118,11 @@ class FetchedPage:
         if not isinstance(data, dict):
             raise BadMessage(f"page message is a {type(data).__name__}, not an object")
         _check_version("page", data.get("v"))
-        return _from_fields(cls, "page", data, {"headers": 2, "request_headers": 2, "redirects": 2,
+        page = _from_fields(cls, "page", data, {"headers": 2, "request_headers": 2, "redirects": 2,
                                                 "outlinks": 1})
+        if not isinstance(page.url, str) or not isinstance(page.depth, int) or not isinstance(page.body_key, str):
+            raise BadMessage("page message has fields of the wrong type")
+        return page
 
 
 def failed_page(raw_entry: str, reason: str) -> FetchedPage:

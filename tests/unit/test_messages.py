@@ -68,7 +68,8 @@ def test_a_link_group_of_another_or_no_version_is_refused() -> None:
         LinkGroup.from_json(["http://a.test/", 1, ["http://a.test/1"]])
 
 
-@pytest.mark.parametrize("data", ["not a list", [{"v": 1}], [{"v": 1, "url": "u", "nope": 1}], [3]])
+@pytest.mark.parametrize("data", ["not a list", [{"v": 1}], [{"v": 1, "url": "u", "nope": 1}], [3],
+                                  [{"v": 1, "url": 5}]])
 def test_malformed_page_messages_are_bad_messages(data: object) -> None:
     with pytest.raises(BadMessage):
         pages_from_json(data)
