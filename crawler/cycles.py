@@ -16,7 +16,7 @@ from collections.abc import Callable
 from redis import Redis
 
 from crawler import jobs
-from crawler.dedup import admit_links, bloom_for
+from crawler.dedup import admit_links, seen_set
 from crawler.dedup.neardup import NearDuplicates
 from crawler.errors import JobNotFound
 from crawler.frontier import Entry, Frontier, keys, lua
@@ -78,9 +78,9 @@ def start_cycle(redis: Redis, job_id: str, open_store: OpenStore, now: float) ->
 
 def _forget_seen(redis: Redis, job: Job) -> None:
     """A fresh seen-set, near-duplicate index and per-cycle budgets for the new cycle."""
-    redis.delete(keys.seen(job.id), keys.prefix(job.id) + "hostn")
+    redis.delete(keys.prefix(job.id) + "hostn")
     NearDuplicates(redis).reset(job.id)
-    bloom_for(redis, job.id, job.settings).reset()
+    seen_set(redis, Frontier(redis), job.id, job.settings).reset()
     redis.hset(keys.counters(job.id), "admitted", 0)
 
 
@@ -91,7 +91,7 @@ def _queue_revisits(redis: Redis, job: Job, store: Store, now: float) -> tuple[i
     seeds = [Entry(u) for u in jobs.seeds(redis, job.id)]
     seed_urls = {e.url for e in seeds}
     frontier = Frontier(redis)
-    bloom = bloom_for(redis, job.id, s) if s.uses_bloom else None
+    seen = seen_set(redis, frontier, job.id, s)
     queued = skipped = 0
     due: list[Entry] = list(seeds)
     not_due: list[str] = []
@@ -99,14 +99,11 @@ def _queue_revisits(redis: Redis, job: Job, store: Store, now: float) -> tuple[i
     def flush() -> None:
         nonlocal queued, skipped
         if not_due:
-            if bloom is not None:
-                bloom.add_many(not_due)
-            else:
-                redis.hset(keys.seen(job.id), mapping=dict.fromkeys(not_due, "s"))
+            seen.mark_skipped(not_due)
             skipped += len(not_due)
             not_due.clear()
         if due:
-            queued += len(admit_links(redis, frontier, job.id, s, due, bloom=bloom)[0])
+            queued += len(admit_links(redis, frontier, job.id, s, due, seen=seen)[0])
             due.clear()
 
     for url, depth, next_visit in store.revisits(job.id):

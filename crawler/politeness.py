@@ -1,6 +1,7 @@
 """What the fetch stage asks before and after it fetches: robots.txt, scope of redirect hops,
-Crawl-delay, the adaptive per-host delay, and sitemaps. One instance per worker process (it
-keeps parsed robots.txt files); the state every worker shares lives in Redis.
+validators for conditional revisits, Crawl-delay, the adaptive per-host delay, and sitemaps.
+One instance per worker process (it keeps parsed robots.txt files); the state every worker
+shares lives in Redis.
 """
 
 from __future__ import annotations
@@ -35,11 +36,6 @@ from crawler.urls import domain_of, host_key
 SITEMAPS_PER_HOST = 10
 
 
-def is_retryable(reason: str | None) -> bool:
-    cls = errors.REASONS.get(reason or "")
-    return cls is not None and issubclass(cls, errors.Retryable)
-
-
 class Politeness:
     def __init__(self, redis: Redis, settings: Settings | None = None) -> None:
         self.redis = redis
@@ -70,6 +66,21 @@ class Politeness:
             found.update(fresh)
         return found, fresh
 
+    def robots_blocks(self, urls: Sequence[str], job: Job, fetcher: Fetcher, config: FetchConfig,
+                      run: Any) -> tuple[dict[str, RobotsPolicy], dict[str, RobotsPolicy], dict[str, str]]:
+        """(policy per origin, the ones fetched just now, reason per URL robots.txt blocks);
+        all empty for a job that does not obey robots.txt."""
+        s = job.settings
+        if not s.obey_robots:
+            return {}, {}, {}
+        policies, fresh = self.policies(urls, job, fetcher, config, run)
+        blocked: dict[str, str] = {}
+        for url in urls:
+            reason = policies[origin_of(url)].block_reason(url, s.robots_user_agent)
+            if reason:
+                blocked[url] = reason
+        return policies, fresh, blocked
+
     def hop_check(self, job: Job, fetcher: Fetcher, config: FetchConfig, fresh: dict[str, RobotsPolicy]) -> HopCheck:
         """Vets a redirect target: in scope, and allowed by its own origin's robots.txt."""
         s = job.settings
@@ -88,6 +99,12 @@ class Politeness:
             return policy.block_reason(url, s.robots_user_agent)
 
         return check
+
+    # -- revisits ---------------------------------------------------------------------------
+    @staticmethod
+    def validators(previous: dict[str, dict[str, Any]]) -> dict[str, list[tuple[str, str]]]:
+        """Conditional request headers per URL from what its last visit stored."""
+        return {u: conditional_headers(row) for u, row in previous.items()}
 
     # -- delays ------------------------------------------------------------------------------
     def delay_updates(self, job: Job, results: Sequence[FetchResult],
@@ -172,6 +189,17 @@ class Politeness:
         except TimeoutError:
             pass  # what was read in time is kept; these origins are not read again for the job
         return found, dropped
+
+
+def conditional_headers(row: dict[str, Any]) -> list[tuple[str, str]]:
+    if row.get("status") != 200 or row.get("gone_cycle"):
+        return []
+    out = []
+    if row.get("etag"):
+        out.append(("If-None-Match", row["etag"]))
+    if row.get("last_modified"):
+        out.append(("If-Modified-Since", row["last_modified"]))
+    return out
 
 
 def blocked_result(url: str, reason: str) -> FetchResult:

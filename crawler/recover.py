@@ -23,14 +23,16 @@ from typing import Any
 
 from redis import Redis
 
-from crawler import jobs, pipeline
-from crawler.dedup import bloom_for
+from crawler import jobs
+from crawler.dedup import seen_set
 from crawler.dedup.neardup import NearDuplicates
 from crawler.errors import CrawlerError, JobNotFound
-from crawler.frontier import keys, lua
+from crawler.frontier import Frontier, keys, lua
 from crawler.jobs import Job
+from crawler.messages import LinkGroup
 from crawler.redact import strip_password
 from crawler.settings import Settings
+from crawler.stages import Context, dedup_stage
 from crawler.store import JobDefinition, Store
 from crawler.urls import domain_of, host_key, query_variant
 
@@ -87,7 +89,7 @@ def _clear(redis: Redis, job_id: str) -> int:
 
 
 def _followed(row: _Row, s: Settings, allowed: frozenset[str]) -> list[str]:
-    """The outlinks parse would have sent to dedup (see ``pipeline.parse_stage``)."""
+    """The outlinks parse would have sent to dedup (see ``stages.parse.parse_stage``)."""
     if row.nofollow or (s.max_depth and row.depth + 1 > s.max_depth):
         return []
     if row.near_duplicate_of and (not s.follow_near_duplicates or query_variant(row.url, row.near_duplicate_of)):
@@ -158,10 +160,10 @@ def recover(redis: Redis, store: Store, job_id: str, now: float | None = None,
     for r in current:
         for link in _followed(r, s, job.allowed):
             offer(link, r.depth + 1, r.url)
-    ctx = pipeline.Context(redis)
+    ctx = Context.default(redis)
     queued = 0
-    for chunk in _chunks([[url, d, ref] for url, (d, ref) in best.items()]):
-        queued += len(pipeline.dedup_stage(ctx, job, "", chunk))
+    for chunk in _chunks([LinkGroup.single(url, d, ref) for url, (d, ref) in best.items()]):
+        queued += len(dedup_stage(ctx, job, "", chunk))
 
     # starting -> running: the shards are woken, and a job with nothing left is done at once.
     redis.register_script(lua.RUN_CYCLE)(args=[keys.prefix(job_id), job_id, time.time(), s.shards])
@@ -211,18 +213,12 @@ def _restart_counters(redis: Redis, job: Job, rows: list[_Row], current: list[_R
 
 
 def _mark_seen(redis: Redis, job: Job, current: list[_Row], not_due: list[str]) -> None:
-    s = job.settings
-    if s.uses_bloom:
-        bloom = bloom_for(redis, job.id, s)
-        for chunk in _chunks([r.url for r in current] + not_due):
-            bloom.add_many(chunk)
-        return
-    # The exact set's markers: ``x<depth>`` stored (the admit script re-queues it only for a
-    # shorter path under max_depth), ``s`` skipped as not due this cycle.
-    marks = {url: "s" for url in not_due} | {r.url: f"x{r.depth}" for r in current}
-    items = list(marks.items())
-    for chunk in _chunks(items):
-        redis.hset(keys.seen(job.id), mapping=dict(chunk))
+    seen = seen_set(redis, Frontier(redis), job.id, job.settings)
+    for chunk in _chunks(not_due):
+        seen.mark_skipped(chunk)
+    # After the skipped ones: a page both stored and not due is marked stored.
+    for pages in _chunks([(r.url, r.depth) for r in current]):
+        seen.mark_stored(pages)
 
 
 def _index_near_duplicates(redis: Redis, job: Job, current: list[_Row]) -> None:

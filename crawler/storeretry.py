@@ -2,7 +2,7 @@
 operator. Plain functions; the store task only asks them and schedules the retry.
 
 A store that is down must not lose pages nor turn them into refetches: the pages a waiting
-store task holds keep their leases (renewed past its next try, see ``pipeline.hold_for_retry``),
+store task holds keep their leases (renewed past its next try, see ``stages.hold_for_retry``),
 and they keep counting against the job's concurrency, so dispatch pauses instead of fetching
 pages that could not be stored either.
 """

@@ -1,4 +1,4 @@
-"""The four Celery tasks: thin glue that decodes a message, calls ``crawler.pipeline`` and
+"""The four Celery tasks: thin glue that decodes a message, calls ``crawler.stages`` and
 routes what comes back to the queue of the shard that owns it."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from typing import Any
 from celery import Task
 from redis import exceptions as redis_errors
 
-from crawler import jobs, liveshards, pipeline
+from crawler import jobs, liveshards, stages
 from crawler.app import app, redis_url
 from crawler.frontier import keys
+from crawler.messages import groups_from_json, groups_to_json, pages_from_json, pages_to_json
 from crawler.redisconn import connect
 from crawler.settings import Settings
 from crawler.sharding import SHARED_QUEUE, queue_name
@@ -20,15 +21,15 @@ from crawler.store import StoreRefused, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
-_ctx: pipeline.Context | None = None
+_ctx: stages.Context | None = None
 _ctx_pid = 0
 
 
-def context(node: str | None = None) -> pipeline.Context:
+def context(node: str | None = None) -> stages.Context:
     """This process's Context, rebuilt after a fork."""
     global _ctx, _ctx_pid
     if _ctx is None or _ctx_pid != os.getpid():
-        _ctx = pipeline.Context(connect(redis_url()))
+        _ctx = stages.Context.default(connect(redis_url()))
         _ctx_pid = os.getpid()
         if node:
             _ctx.node = node
@@ -92,7 +93,7 @@ def send_shared(task: Task, *args: Any) -> None:
     _publish(task, SHARED_QUEUE, args)
 
 
-def routed(ctx: pipeline.Context, job: jobs.Job, shard: int) -> int:
+def routed(ctx: stages.Context, job: jobs.Job, shard: int) -> int:
     """``shard``, or a live stand-in while it is down (its hosts are taken over)."""
     return liveshards.route(ctx.redis, shard, job.settings.shards)
 
@@ -102,46 +103,54 @@ def fetch(self: Task, job_id: str, shard: int, token: str, entries: list[str]) -
     ctx = context(self.request.hostname)
     job = jobs.load(ctx.redis, job_id)
     try:
-        pages = pipeline.fetch_stage(ctx, job, token, entries)
+        pages = stages.fetch_stage(ctx, job, token, entries)
     except StoreRefused as exc:
-        pipeline.refuse(ctx, job, exc)
+        stages.refuse(ctx, job, exc)
         return
     if pages:
-        send_shared(parse, job_id, shard, token, pages)
+        send_shared(parse, job_id, shard, token, pages_to_json(pages))
 
 
 @app.task(name="crawler.parse", base=CrawlTask, bind=True)
 def parse(self: Task, job_id: str, shard: int, token: str, pages: list[dict[str, Any]]) -> None:
     ctx = context(self.request.hostname)
     job = jobs.load(ctx.redis, job_id)
-    pages, batches = pipeline.parse_stage(ctx, job, token, pages)
+    fetched = stages.read_message(ctx, self.name, job_id, pages_from_json, pages)
+    if fetched is None:
+        return
+    parsed, batches = stages.parse_stage(ctx, job, token, fetched)
     # Batches stay keyed by the links' home shard, so their tokens survive a takeover (a
     # redelivered parse sends the same tokens); the dedup task may run anywhere, and admission
     # places each host on the shard serving it now.
     for target, links in batches.items():
-        send(dedup, routed(ctx, job, target), job_id, pipeline.link_token(token, target), links)
-    if pages:
-        send_shared(store, job_id, shard, token, pages)
+        send(dedup, routed(ctx, job, target), job_id, stages.link_token(token, target), groups_to_json(links))
+    if parsed:
+        send_shared(store, job_id, shard, token, pages_to_json(parsed))
 
 
 @app.task(name="crawler.dedup", base=CrawlTask, bind=True)
-def dedup(self: Task, job_id: str, token: str, links: list[list[Any]]) -> None:
+def dedup(self: Task, job_id: str, token: str, links: list[Any]) -> None:
     ctx = context(self.request.hostname)
-    pipeline.dedup_stage(ctx, jobs.load(ctx.redis, job_id), token, links)
+    groups = stages.read_message(ctx, self.name, job_id, groups_from_json, links)
+    if groups is not None:
+        stages.dedup_stage(ctx, jobs.load(ctx.redis, job_id), token, groups)
 
 
 @app.task(name="crawler.store", base=CrawlTask, bind=True)
 def store(self: Task, job_id: str, shard: int, token: str, pages: list[dict[str, Any]]) -> None:
     ctx = context(self.request.hostname)
     job = jobs.load(ctx.redis, job_id)
+    fetched = stages.read_message(ctx, self.name, job_id, pages_from_json, pages)
+    if fetched is None:
+        return
     try:
-        pipeline.store_stage(ctx, job, token, pages)
+        stages.store_stage(ctx, job, token, fetched)
     except StoreRefused as exc:
-        pipeline.refuse(ctx, job, exc)
+        stages.refuse(ctx, job, exc)
     except StoreUnavailable as exc:
         # The store is down: this message comes back after a backoff (the worker goes on with
         # other work meanwhile), its pages' leases renewed until then.
-        wait = pipeline.hold_for_retry(ctx, job, token, pages, exc, self.request.retries)
+        wait = stages.hold_for_retry(ctx, job, token, fetched, exc, self.request.retries)
         if wait is None:
             raise
         log.warning("job %s: store unavailable (%s); %d pages wait %.1fs", job_id, exc, len(pages), wait)

@@ -31,7 +31,7 @@ class SeenCache:
 
     def _weight(self, key: str) -> float:
         w, t = self.weights[key]
-        return w * 0.5 ** ((self.tick - t) / HALF_LIFE)
+        return float(w * 0.5 ** ((self.tick - t) / HALF_LIFE))
 
     def seen(self, key: str) -> bool:
         """True if this process knows the URL was seen; False means: ask Redis."""

@@ -183,7 +183,7 @@ class DispatcherStep(bootsteps.StartStopStep):
 
     def start(self, worker: Any) -> None:
         from crawler.app import redis_url
-        from crawler.pipeline import failed_page
+        from crawler.messages import failed_page
         from crawler.tasks import dedup, fetch, send, send_shared, store
 
         names = list(worker.app.amqp.queues.consume_from)
@@ -196,7 +196,7 @@ class DispatcherStep(bootsteps.StartStopStep):
             send(fetch, shard, job_id, shard, token, entries)
 
         def send_failed(job_id: str, shard: int, token: str, entries: list[str]) -> None:
-            send_shared(store, job_id, shard, token, [failed_page(e, Reason.LEASE_EXPIRED) for e in entries])
+            send_shared(store, job_id, shard, token, [failed_page(e, Reason.LEASE_EXPIRED).to_json() for e in entries])
 
         def send_links(job_id: str, shard: int, token: str, links: list[Any]) -> None:
             send(dedup, shard, job_id, token, links)

@@ -46,4 +46,4 @@ def backoff(attempt: int, *, base: float, cap: float, retry_after: float | None 
     least Retry-After, at most ``cap``."""
     r = rng or random
     wait = base * (2**attempt) * (0.5 + r.random())
-    return min(cap, max(wait, retry_after or 0.0))
+    return float(min(cap, max(wait, retry_after or 0.0)))

@@ -7,6 +7,7 @@ visible text only when something asks for ``text``.
 
 from __future__ import annotations
 
+import enum
 import re
 from functools import cached_property
 from typing import Any
@@ -55,7 +56,11 @@ class ParsedPage:
         self.noindex = False
         self.nofollow = False
         self.links: list[str] = []
-        self.skipped_links = 0  # hrefs that are not http(s) or do not resolve
+        # Hrefs not taken, by why: they are counted apart so that a healthy site's in-page
+        # anchors and mailto: links do not read as broken URLs.
+        self.fragment_links = 0  # "#section" or empty: the page itself
+        self.not_http_links = 0  # mailto:, javascript:, tel:, ftp: ...
+        self.bad_links = 0  # hrefs that cannot be resolved to a URL at all
         self.dropped_links = 0  # anchors past max_links
         if self.root is not None:
             self._extract(max_links)
@@ -87,13 +92,23 @@ class ParsedPage:
             if full:
                 self.dropped_links += 1
                 continue
-            link = _join(self.base, href)
-            if link is None:
-                self.skipped_links += 1
+            link = _resolve(self.base, href)
+            if isinstance(link, Skip):
+                if link is FRAGMENT:
+                    self.fragment_links += 1
+                elif link is NOT_HTTP:
+                    self.not_http_links += 1
+                else:
+                    self.bad_links += 1
             elif link not in seen:
                 seen.add(link)
                 self.links.append(link)
                 full = 0 < max_links <= len(self.links)
+
+    @property
+    def skipped_links(self) -> int:
+        """Hrefs not taken for any reason other than the cap."""
+        return self.fragment_links + self.not_http_links + self.bad_links
 
     @cached_property
     def text(self) -> str:
@@ -156,22 +171,39 @@ def _parse(body: bytes, content_type: str) -> Any:
         return None
 
 
-def _join(base: str, href: str) -> str | None:
+class Skip(enum.Enum):
+    """Why an href is not a link."""
+
+    FRAGMENT = "fragment"
+    NOT_HTTP = "not_http"
+    BAD = "bad"
+
+
+FRAGMENT, NOT_HTTP, BAD = Skip.FRAGMENT, Skip.NOT_HTTP, Skip.BAD
+
+
+def _resolve(base: str, href: str) -> str | Skip:
+    """The absolute http(s) URL of ``href`` without its fragment, or why it is none."""
     href = href.strip()
     if not href or href.startswith("#"):
-        return None
+        return FRAGMENT
     if href.startswith(("http://", "https://")) and "[" not in href:
         url = href  # absolute already: urljoin would only take it apart and put it back
     else:
         try:
             url = urljoin(base, href)
         except ValueError:
-            return None
+            return BAD
     url = url.split("#", 1)[0]
     head = url[:8].lower()
     if not (head.startswith("http://") or head.startswith("https://")):
-        return None
+        return NOT_HTTP
     return url
+
+
+def _join(base: str, href: str) -> str | None:
+    url = _resolve(base, href)
+    return None if isinstance(url, Skip) else url
 
 
 def parse_html(url: str, body: bytes, content_type: str = "", max_links: int = 0) -> ParsedPage:

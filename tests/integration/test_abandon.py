@@ -10,8 +10,9 @@ from pathlib import Path
 
 import redis
 
-from crawler import jobs, pipeline
+from crawler import jobs, stages
 from crawler.frontier.dispatcher import Dispatcher
+from crawler.messages import failed_page, groups_from_json
 from crawler.settings import Settings
 
 
@@ -32,8 +33,8 @@ def test_lease_expiring_max_attempts_times_is_stored_as_failed(r: redis.Redis, t
     assert len(fetches) == 2 and len(failed) == 1
     _job, shard, token, entries = failed[0]
     assert shard == 0
-    ctx = pipeline.Context(r)
-    pipeline.store_stage(ctx, jobs.load(r, job_id), token, [pipeline.failed_page(e, "lease_expired")
+    ctx = stages.Context.default(r)
+    stages.store_stage(ctx, jobs.load(r, job_id), token, [failed_page(e, "lease_expired")
                                                              for e in entries])
     ctx.close()
     rows = sqlite3.connect(tmp_path / "c.db").execute("SELECT url, error, status FROM pages").fetchall()
@@ -48,7 +49,7 @@ def test_a_lost_link_batch_is_sent_again_and_admitted_once(r: redis.Redis, tmp_p
     settings = Settings.from_env(store=f"sqlite:///{tmp_path}/c.db", shards=1)
     job_id = jobs.submit(r, settings, ["http://seed.example/"])
     links = [["http://seed.example/a", 1, "http://seed.example/"]]
-    ctx = pipeline.Context(r)
+    ctx = stages.Context.default(r)
     ctx.frontier.expect(job_id, {"t:0": links}, settings.lease_timeout)  # its dedup message never arrives
     resent: list[tuple[str, int, str, list[object]]] = []
     d = Dispatcher(r, [0], lambda *a: None, lambda *a: None, lambda *a: resent.append(a))
@@ -59,8 +60,8 @@ def test_a_lost_link_batch_is_sent_again_and_admitted_once(r: redis.Redis, tmp_p
     d.tick(now + settings.lease_timeout + 1)
     assert resent == [(job_id, 0, "t:0", links)]
     job = jobs.load(r, job_id)
-    assert pipeline.dedup_stage(ctx, job, "t:0", links) == ["http://seed.example/a"]
-    assert pipeline.dedup_stage(ctx, job, "t:0", links) == []  # the late original: ignored
+    assert stages.dedup_stage(ctx, job, "t:0", groups_from_json(links)) == ["http://seed.example/a"]
+    assert stages.dedup_stage(ctx, job, "t:0", groups_from_json(links)) == []  # the late original: ignored
     assert r.zcard(f"c:{{{job_id}}}:pend") == 0 and r.hlen(f"c:{{{job_id}}}:pendb") == 0
     ctx.close()
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import redis
 
-from crawler import jobs, pipeline
+from crawler import jobs, stages
 from crawler.fetch.client import FetchConfig, Runtime
 from crawler.fetch.robots import RobotsCache, RobotsPolicy, robots_scope
 from crawler.lru import LRU
@@ -155,18 +155,18 @@ def test_job_handles_are_evicted_after_many_jobs(r: redis.Redis, tmp_path: Path,
     monkeypatch.setenv("CRAWLER_JOB_CACHE_SIZE", "3")
     monkeypatch.setenv("CRAWLER_OPEN_STORES", "2")
     monkeypatch.setattr(jobs, "_cache", LRU(process_limit("job_cache_size")))
-    ctx = pipeline.Context(r)
+    ctx = stages.Context.default(r)
     opened = []
     for i in range(8):
         store = f"sqlite:///{tmp_path / f'j{i}.db'}"
         job = jobs.load(r, jobs.submit(r, Settings.from_env(store=store), [f"http://127.0.1.9:1/{i}"]))
-        ctx.bloom(job)
+        ctx.seen_set(job)
         s = ctx.store(store)
         w = ctx.warc(str(tmp_path / f"warc{i}"), 1_000_000)
         w.write(PageRecord(url=f"http://127.0.1.9:1/{i}", job_id=job.id, fetch_id="t", status=200),
                 http_version="HTTP/1.1", request_headers=[], response_headers=[], body=b"x")
         opened.append((s, w))
-    assert len(jobs._cache) == 3 and len(ctx._blooms) == 3
+    assert len(jobs._cache) == 3 and len(ctx._seen_sets) == 3
     assert len(ctx._stores) == 2 and len(ctx._warcs) == 2
     for s, w in opened[:6]:
         with pytest.raises(sqlite3.ProgrammingError):  # closed, not just forgotten

@@ -198,7 +198,8 @@ def test_store_message_delivered_twice_leaves_one_row(make_web: Callable[..., Te
     before = rows(tmp_path / "c.db")
     warc_size = sum(f.stat().st_size for f in (tmp_path / "warc").glob("*"))
     row = before[0]
-    page = {"url": row["url"], "depth": row["depth"], "referrer": row["referrer"], "final_url": row["final_url"],
+    page = {"v": 1, "url": row["url"],
+            "depth": row["depth"], "referrer": row["referrer"], "final_url": row["final_url"],
             "status": row["status"], "http_version": "HTTP/1.1", "headers": [], "request_headers": [],
             "error": None, "fetched_at": row["fetched_at"], "elapsed": 0.0, "redirects": [], "body_key": "",
             "content_length": 0, "content_sha1": "", "content_type": row["content_type"], "fetched_by": "again"}

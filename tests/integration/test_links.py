@@ -15,10 +15,11 @@ from urllib.parse import parse_qs, urlsplit
 
 import redis
 
-from crawler import jobs, pipeline
+from crawler import jobs, stages
 from crawler.dedup import ADMIT_CHUNK, admit_links
 from crawler.embedded import crawl
 from crawler.frontier import Entry, Frontier, keys
+from crawler.messages import LinkGroup, groups_from_json, groups_to_json
 from crawler.settings import Settings
 from crawler.testweb import TestWeb
 from tests.unit.test_simhash import ARTICLE
@@ -69,23 +70,23 @@ def test_a_page_of_50000_anchors_is_capped_sent_compactly_and_admitted_in_chunks
     page_url = web.url(0, path)
     settings = Settings.from_env(store=f"sqlite:///{tmp_path}/c.db", shards=1, obey_robots=False)
     job_id = jobs.submit(r, settings, [page_url])
-    ctx = pipeline.Context(r)
+    ctx = stages.Context.default(r)
     job = jobs.load(r, job_id)
     d = ctx.frontier.dispatch(job_id, 0, max_urls=1, per_host=1, delay=0, lease_timeout=60, concurrency=1)
     [(token, entries)] = d.batches()
-    pages, batches = pipeline.parse_stage(ctx, job, token, pipeline.fetch_stage(ctx, job, token,
+    pages, batches = stages.parse_stage(ctx, job, token, stages.fetch_stage(ctx, job, token,
                                                                                 [e.encode() for e in entries]))
     [(shard, batch)] = batches.items()
-    message = json.dumps(batch)
-    pending = r.hget(keys.prefix(job_id) + "pendb", pipeline.link_token(token, shard)) or b""
+    message = json.dumps(groups_to_json(batch))
+    pending = r.hget(keys.prefix(job_id) + "pendb", stages.link_token(token, shard)) or b""
     # Before: 50,000 links, each with the page's URL: 78 MB here.
     assert len(message) < len(page_url) + 40 * CAP and len(pending) == len(message)
     print(f"link batch of {CAP} links from a page of {ANCHORS}: {len(message)} bytes of JSON")
-    assert pipeline.store_stage(ctx, job, token, pages) == 1
+    assert stages.store_stage(ctx, job, token, pages) == 1
     [(outlinks,)] = sqlite3.connect(tmp_path / "c.db").execute("SELECT outlinks FROM pages").fetchall()
     assert len(json.loads(outlinks)) == CAP
     with slowlog(r) as urls_per_call:
-        admitted = pipeline.dedup_stage(ctx, job, pipeline.link_token(token, shard), batch)
+        admitted = stages.dedup_stage(ctx, job, stages.link_token(token, shard), batch)
         calls = urls_per_call(ctx.frontier._admit.sha)
     assert len(admitted) == CAP == len(set(admitted))
     assert calls and max(calls) <= ADMIT_CHUNK and sum(calls) == CAP, calls
@@ -101,23 +102,24 @@ def test_a_batch_redelivered_after_some_of_its_parts_admits_the_rest_once(r: red
     settings = Settings.from_env(store=f"sqlite:///{tmp_path}/c.db", shards=1, dedup="set")
     job_id = jobs.submit(r, settings, ["http://seed.example/"])
     job = jobs.load(r, job_id)
-    ctx = pipeline.Context(r)
+    ctx = stages.Context.default(r)
     urls = [f"http://seed.example/{i}" for i in range(2 * ADMIT_CHUNK + 10)]
-    batch = [["http://seed.example/", 1, urls]]
-    ctx.frontier.expect(job_id, {"t:0": batch})
+    batch = [LinkGroup("http://seed.example/", 1, tuple(urls))]
+    ctx.frontier.expect(job_id, {"t:0": groups_to_json(batch)})
     # The first delivery admitted part 0, then its worker died.
     first = ctx.frontier.admit(job_id, [Entry(u, 1, "http://seed.example/") for u in urls[:ADMIT_CHUNK]], 1,
                                token="t:0", part=0, last=False)
     assert len(first) == ADMIT_CHUNK
     assert r.zscore(keys.prefix(job_id) + "pend", "t:0") is not None  # the batch is not over
-    assert pipeline.dedup_stage(ctx, job, "t:0", batch) == urls[ADMIT_CHUNK:]
-    assert pipeline.dedup_stage(ctx, job, "t:0", batch) == []  # and once more: nothing
+    assert stages.dedup_stage(ctx, job, "t:0", batch) == urls[ADMIT_CHUNK:]
+    assert stages.dedup_stage(ctx, job, "t:0", batch) == []  # and once more: nothing
     assert not [k for k in r.scan_iter(keys.prefix(job_id) + "pend*")]
     c = jobs.status(r, job_id)["counters"]
     assert c["admitted"] == len(urls) + 1
     # A single link as messages from before groups carried it is still admitted.
     ctx.frontier.expect(job_id, ["t:1"])
-    assert pipeline.dedup_stage(ctx, job, "t:1", [["http://seed.example/old", 2, "http://seed.example/"]]) == [
+    assert stages.dedup_stage(ctx, job, "t:1",
+                              groups_from_json([["http://seed.example/old", 2, "http://seed.example/"]])) == [
         "http://seed.example/old"]
     ctx.close()
 

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler import jobs, pipeline
+from crawler import jobs, stages
 from crawler.cli import main
 from crawler.frontier import Entry, keys
+from crawler.messages import FetchedPage, groups_from_json
 from crawler.recover import RecoverError, recover
 from crawler.settings import Settings
 from crawler.store import JobDefinition, PageRecord, open_store
@@ -93,9 +94,10 @@ def test_recover_marks_stored_pages_seen_and_queues_their_unstored_outlinks(r: r
     assert (c["stored"], c["error:http_4xx"], c["open"], c["recovered"]) == (4, 1, 1, 1)
     assert job_id in jobs.active(r)
     # Stored pages are seen: found again, they are not queued again; a new URL still is.
-    ctx = pipeline.Context(r)
+    ctx = stages.Context.default(r)
     job = jobs.load(r, job_id)
-    assert pipeline.dedup_stage(ctx, job, "", [[A, 1, D], [B, 1, D], ["http://a.example/new", 3, D]]) == [
+    assert stages.dedup_stage(ctx, job, "",
+                              groups_from_json([[A, 1, D], [B, 1, D], ["http://a.example/new", 3, D]])) == [
         "http://a.example/new"]
     # A second recover finds the job in Redis and refuses to queue its work twice.
     with pytest.raises(RecoverError, match="in Redis already"):
@@ -156,8 +158,8 @@ def test_recover_resumes_the_cycle_a_periodic_job_was_in(r: redis.Redis, tmp_pat
     assert jobs.cycle_of(r, job_id) == (2, pytest.approx(now - 5))
     assert r.sismember(keys.PERIODIC, job_id)
     # D is seen this cycle (not due); the seed A was stored this cycle.
-    ctx = pipeline.Context(r)
-    assert pipeline.dedup_stage(ctx, jobs.load(r, job_id), "", [[D, 1, A], [A, 0, ""]]) == []
+    ctx = stages.Context.default(r)
+    assert stages.dedup_stage(ctx, jobs.load(r, job_id), "", groups_from_json([[D, 1, A], [A, 0, ""]])) == []
 
 
 def test_dedup_of_a_job_redis_lost_writes_nothing(r: redis.Redis, tmp_path: Path) -> None:
@@ -168,7 +170,7 @@ def test_dedup_of_a_job_redis_lost_writes_nothing(r: redis.Redis, tmp_path: Path
     job = jobs.load(r, job_id)
     r.flushdb()
     with pytest.raises(KeyError):
-        pipeline.dedup_stage(pipeline.Context(r), job, "", [[B, 1, A]])
+        stages.dedup_stage(stages.Context.default(r), job, "", groups_from_json([[B, 1, A]]))
     assert r.dbsize() == 0
 
 
@@ -184,28 +186,28 @@ def test_a_workers_local_cache_forgets_a_rebuilt_job(r: redis.Redis, tmp_path: P
     still queued. The rebuild queues R again; when R's links come back through the same
     process, X must be admitted again, not answered "seen" from memory."""
     store_url = f"sqlite:///{tmp_path / 'c.db'}"
-    ctx = pipeline.Context(r)
+    ctx = stages.Context.default(r)
     job_id = jobs.submit(r, Settings.from_env(store=store_url, obey_robots=False), [A])
     x, ref = "http://a.example/x", "http://a.example/r"
-    assert pipeline.dedup_stage(ctx, jobs.load(r, job_id), "", [[x, 2, ref]]) == [x]
+    assert stages.dedup_stage(ctx, jobs.load(r, job_id), "", groups_from_json([[x, 2, ref]])) == [x]
     store = open_store(store_url)
     store.put([PageRecord(url=A, job_id=job_id, fetch_id="f", status=200, outlinks=[ref])])
     _lose_redis(r, job_id)
     recover(r, store, job_id)
     store.close()
     assert set(_queued(r, job_id)) == {ref}
-    assert pipeline.dedup_stage(ctx, jobs.load(r, job_id), "", [[x, 2, ref]]) == [x]
+    assert stages.dedup_stage(ctx, jobs.load(r, job_id), "", groups_from_json([[x, 2, ref]])) == [x]
 
 
 def test_a_page_whose_body_redis_lost_is_not_stored_unparsed(r: redis.Redis, tmp_path: Path) -> None:
     store_url = f"sqlite:///{tmp_path / 'c.db'}"
     job_id = jobs.submit(r, Settings.from_env(store=store_url, obey_robots=False), [A])
-    ctx = pipeline.Context(r)
+    ctx = stages.Context.default(r)
     r.set("body-kept", b"<html><a href='/b'>b</a></html>")
-    pages = [{"url": u, "final_url": u, "depth": 0, "status": 200, "content_type": "text/html", "body_key": k}
+    pages = [FetchedPage(url=u, final_url=u, depth=0, status=200, content_type="text/html", body_key=k)
              for u, k in ((A, "body-kept"), (C, "body-gone"))]
-    kept, _ = pipeline.parse_stage(ctx, jobs.load(r, job_id), "t", pages)
-    assert [p["url"] for p in kept] == [A] and kept[0]["outlinks"] == [B]
+    kept, _ = stages.parse_stage(ctx, jobs.load(r, job_id), "t", pages)
+    assert [p.url for p in kept] == [A] and kept[0].outlinks == (B,)
     assert jobs.status(r, job_id)["counters"]["body_lost"] == 1
 
 
@@ -216,8 +218,8 @@ def test_a_link_batch_that_is_not_pending_leaves_the_bloom_filter_alone(r: redis
     settings = Settings.from_env(store=f"sqlite:///{tmp_path}/c.db")
     assert settings.uses_bloom
     job_id = jobs.submit(r, settings, [A])
-    ctx = pipeline.Context(r)
+    ctx = stages.Context.default(r)
     job = jobs.load(r, job_id)
-    assert pipeline.dedup_stage(ctx, job, "gone-before-the-loss:0", [[B, 1, A]]) == []
-    assert pipeline.dedup_stage(ctx, job, "", [[B, 1, A]]) == [B]  # still new: queued now
+    assert stages.dedup_stage(ctx, job, "gone-before-the-loss:0", groups_from_json([[B, 1, A]])) == []
+    assert stages.dedup_stage(ctx, job, "", groups_from_json([[B, 1, A]])) == [B]  # still new: queued now
     ctx.close()

@@ -13,9 +13,9 @@ import redis
 from crawler.fetch.client import runtime
 from crawler.fetch.robots import RobotsPolicy
 from crawler.jobs import Job
-from crawler.pipeline import fetch_config
 from crawler.politeness import Politeness
 from crawler.settings import Settings
+from crawler.stages import fetch_config
 from crawler.testweb import TestWeb
 from tests.web import handlers as hw
 

@@ -10,19 +10,21 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler import jobs, pipeline
+from crawler import jobs, stages
 from crawler.frontier import Entry, Fetched, keys
+from crawler.messages import FetchedPage, groups_from_json
 from crawler.settings import Settings
 from crawler.store import StoreUnavailable, StoreURLError, open_store
 from crawler.store.base import PageRecord
 from crawler.store.sqlite import SQLiteStore
 
 
-def _page(url: str, body_key: str = "", status: int | None = 200) -> pipeline.Page:
-    return {"url": url, "depth": 0, "referrer": "", "final_url": url, "status": status, "http_version": "HTTP/1.1",
+def _page(url: str, body_key: str = "", status: int | None = 200) -> FetchedPage:
+    return FetchedPage(**{
+            "url": url, "depth": 0, "referrer": "", "final_url": url, "status": status, "http_version": "HTTP/1.1",
             "headers": [("Content-Type", "text/html")], "request_headers": [("User-Agent", "t")], "error": None,
             "fetched_at": 1_700_000_000.0, "elapsed": 0.01, "redirects": [], "body_key": body_key,
-            "content_length": 5, "content_sha1": "x", "content_type": "text/html", "title": "T", "outlinks": ["a"]}
+            "content_length": 5, "content_sha1": "x", "content_type": "text/html", "title": "T", "outlinks": ["a"]})
 
 
 def _warc_records(warc_dir: Path) -> list[str]:
@@ -37,7 +39,7 @@ def _warc_records(warc_dir: Path) -> list[str]:
 def test_store_delivered_twice_leaves_one_row_and_one_record_set(r: redis.Redis, tmp_path: Path) -> None:
     settings = Settings.from_env({}, store=f"sqlite:///{tmp_path}/crawl.db", warc_dir=str(tmp_path / "warc"))
     job_id = jobs.submit(r, settings, ["http://a.example/"])
-    ctx = pipeline.Context(r)
+    ctx = stages.Context.default(r)
     job = jobs.load(r, job_id)
     d = ctx.frontier.dispatch(job_id, 0, max_urls=5, per_host=1, delay=0, lease_timeout=60, concurrency=5)
     if not d.items:  # the seed's shard is not 0
@@ -51,9 +53,9 @@ def test_store_delivered_twice_leaves_one_row_and_one_record_set(r: redis.Redis,
     r.set(body_key, b"<html>hello</html>")
     pages = [_page(url, body_key)]
 
-    assert pipeline.store_stage(ctx, job, d.token, [dict(p) for p in pages]) == 1
+    assert stages.store_stage(ctx, job, d.token, pages) == 1
     r.set(body_key, b"<html>hello</html>")  # as if the delete had not happened before a crash
-    assert pipeline.store_stage(ctx, job, d.token, [dict(p) for p in pages]) == 0
+    assert stages.store_stage(ctx, job, d.token, pages) == 0
     ctx.close()
 
     rows = list(open_store(settings.store).pages())
@@ -88,7 +90,7 @@ class _CommitFailsOnce:
 def test_a_commit_that_fails_takes_back_its_warc_records(r: redis.Redis, tmp_path: Path) -> None:
     settings = Settings.from_env({}, store=f"sqlite:///{tmp_path}/crawl.db", warc_dir=str(tmp_path / "warc"))
     job_id = jobs.submit(r, settings, ["http://a.example/"])
-    ctx = pipeline.Context(r)
+    ctx = stages.Context.default(r)
     job = jobs.load(r, job_id)
     d = next(d for shard in range(settings.shards)
              if (d := ctx.frontier.dispatch(job_id, shard, max_urls=5, per_host=1, delay=0, lease_timeout=60,
@@ -102,9 +104,9 @@ def test_a_commit_that_fails_takes_back_its_warc_records(r: redis.Redis, tmp_pat
     ctx._stores.put(settings.store, _CommitFailsOnce(real))  # type: ignore[arg-type]
 
     with pytest.raises(StoreUnavailable):
-        pipeline.store_stage(ctx, job, d.token, [_page(url, body_key)])
+        stages.store_stage(ctx, job, d.token, [_page(url, body_key)])
     assert _warc_records(tmp_path / "warc") == []  # taken back with the rows
-    assert pipeline.store_stage(ctx, job, d.token, [_page(url, body_key)]) == 1  # the retry
+    assert stages.store_stage(ctx, job, d.token, [_page(url, body_key)]) == 1  # the retry
     ctx.close()
     assert _warc_records(tmp_path / "warc") == [f'{{"warc-type": "request", "warc-target-uri": "{url}"}}',
                                                 f'{{"warc-type": "response", "warc-target-uri": "{url}"}}']
@@ -164,23 +166,23 @@ def test_fetch_tasks_of_one_dispatch_keep_their_own_bodies_and_links(r: redis.Re
     web = make_web(1, 8)
     settings = Settings.from_env(obey_robots=False, shards=1, near_duplicates=False)
     job_id = jobs.submit(r, settings, web.seeds())
-    ctx = pipeline.Context(r)
+    ctx = stages.Context.default(r)
     job = jobs.load(r, job_id)
     paths = [web.model.page_path(i) for i in range(1, 4)]
-    pipeline.dedup_stage(ctx, job, "", [[web.url(0, p), 1, web.seeds()[0]] for p in paths])
+    stages.dedup_stage(ctx, job, "", groups_from_json([[web.url(0, p), 1, web.seeds()[0]] for p in paths]))
     d = ctx.frontier.dispatch(job_id, 0, max_urls=8, per_host=8, delay=0, lease_timeout=60, concurrency=8,
                               batch=2)
     tasks = d.batches()
     assert [len(entries) for _, entries in tasks] == [2, 2] and len({t for t, _ in tasks}) == 2
     pages, admitted = [], set()
     for token, entries in tasks:
-        parsed, links = pipeline.parse_stage(ctx, job, token, pipeline.fetch_stage(ctx, job, token,
+        parsed, links = stages.parse_stage(ctx, job, token, stages.fetch_stage(ctx, job, token,
                                                                                    [e.encode() for e in entries]))
         pages += parsed
         for shard, batch in links.items():
-            admitted |= set(pipeline.dedup_stage(ctx, job, pipeline.link_token(token, shard), batch))
+            admitted |= set(stages.dedup_stage(ctx, job, stages.link_token(token, shard), batch))
     ctx.close()
-    assert len({p["body_key"] for p in pages}) == 4
-    assert {p["url"]: p["title"] for p in pages} == {web.url(0, p): f"Site 0 {p}" for p in ["/", *paths]}
-    linked = {link for p in pages for link in p["outlinks"]}
+    assert len({p.body_key for p in pages}) == 4
+    assert {p.url: p.title for p in pages} == {web.url(0, p): f"Site 0 {p}" for p in ["/", *paths]}
+    linked = {link for p in pages for link in p.outlinks}
     assert admitted == linked - {web.url(0, p) for p in ["/", *paths]}

@@ -5,9 +5,10 @@ import datetime as dt
 import pytest
 
 from crawler import schedule
-from crawler.pipeline import plan_visit
+from crawler.messages import FetchedPage
 from crawler.schedule import CHANGED, DEAD, FAILED, GONE, NEW, UNCHANGED
 from crawler.settings import Settings
+from crawler.stages import plan_visit
 from crawler.store import PageRecord
 
 
@@ -95,13 +96,13 @@ def test_plan_visit_keeps_content_of_a_304_and_marks_a_page_gone() -> None:
     stored = PageRecord("http://a.test/", "j", "t1", status=200, title="T", content_sha1="aa",
                         outlinks=["http://a.test/x"], etag='"e1"', revisit_interval=100.0).to_dict()
     rec = PageRecord("http://a.test/", "j", "t2", status=304, fetched_at=5000.0)
-    page = {"not_modified": True, "cycle": 3, "cycle_base": 4990.0}
+    page = FetchedPage("", not_modified=True, cycle=3, cycle_base=4990.0)
     assert plan_visit(rec, stored, page, s) == UNCHANGED
     assert (rec.status, rec.title, rec.outlinks, rec.etag) == (200, "T", ["http://a.test/x"], '"e1"')
     assert (rec.revisit_interval, rec.next_visit, rec.cycle) == (150.0, 5140.0, 3)
 
     gone = PageRecord("http://a.test/", "j", "t3", status=404, error="http_4xx", fetched_at=6000.0)
-    assert plan_visit(gone, stored, {"cycle": 4, "cycle_base": 6000.0}, s) == GONE
+    assert plan_visit(gone, stored, FetchedPage("", cycle=4, cycle_base=6000.0), s) == GONE
     assert (gone.status, gone.gone_cycle, gone.title, gone.revisit_interval) == (404, 4, "T", 1000.0)
 
 
@@ -122,16 +123,16 @@ def test_the_default_revisit_minimum_is_the_period() -> None:
 def test_with_default_revisits_a_page_of_a_one_minute_job_is_due_at_the_next_cycle() -> None:
     s = Settings.from_env(every=60.0)
     first = PageRecord("http://a.test/p", "j", "t1", status=200, content_sha1="aa", fetched_at=1010.0)
-    assert plan_visit(first, None, {"cycle": 1, "cycle_base": 1000.0}, s) == NEW
+    assert plan_visit(first, None, FetchedPage("", cycle=1, cycle_base=1000.0), s) == NEW
     assert (first.revisit_interval, first.next_visit) == (60.0, 1060.0)  # the next cycle's due time
     changed = PageRecord("http://a.test/p", "j", "t2", status=200, content_sha1="bb", fetched_at=1065.0)
-    plan_visit(changed, first.to_dict(), {"cycle": 2, "cycle_base": 1060.0}, s)
+    plan_visit(changed, first.to_dict(), FetchedPage("", cycle=2, cycle_base=1060.0), s)
     assert (changed.revisit_interval, changed.next_visit) == (60.0, 1120.0)  # not below the period
     same = PageRecord("http://a.test/p", "j", "t3", status=200, content_sha1="bb", fetched_at=1125.0)
-    plan_visit(same, changed.to_dict(), {"cycle": 3, "cycle_base": 1120.0}, s)
+    plan_visit(same, changed.to_dict(), FetchedPage("", cycle=3, cycle_base=1120.0), s)
     assert same.revisit_interval == 90.0  # unchanged pages still space out
     # A cron job's period is the gap between its runs: hourly here.
     hourly = Settings.from_env(cron="0 * * * *")
     rec = PageRecord("http://a.test/p", "j", "t4", status=200, content_sha1="aa", fetched_at=ts("2026-11-21 22:00:05"))
-    plan_visit(rec, None, {"cycle": 1, "cycle_base": ts("2026-11-21 22:00:00")}, hourly)
+    plan_visit(rec, None, FetchedPage("", cycle=1, cycle_base=ts("2026-11-21 22:00:00")), hourly)
     assert rec.revisit_interval == 3600.0

@@ -1,0 +1,124 @@
+"""The seen-set of a job: what decides whether a URL is new. Two kinds, chosen once per job
+from its settings (``seen_set``): the exact set, a Redis hash the frontier's admit script
+consults atomically with queueing (it keeps each URL's shortest depth, which depth limits
+need), and the Bloom filter (``BloomSeen``: bounded memory, a false-positive rate)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from redis import Redis
+
+from crawler.dedup.bloom import BloomSeen
+from crawler.frontier import Entry, Frontier, keys
+from crawler.settings import Settings
+
+
+@dataclass(frozen=True)
+class Admission:
+    queued: list[str]  # the URLs queued
+    duplicates: int  # entries found seen that the admit script does not count itself
+    ignored: bool = False  # the batch is not pending: nothing was queued or marked seen
+
+
+class SeenSet(Protocol):
+    """One job's seen-set. ``admit`` is the only way URLs enter the frontier through it."""
+
+    name: str
+
+    def admit(self, entries: Sequence[Entry], *, token: str = "", part: int | None = None,
+              last: bool = True) -> Admission:
+        """Queue the entries not seen before and mark them seen. A batch ``token`` is
+        admitted once: delivered again, it queues nothing and marks nothing."""
+        ...
+
+    def mark_skipped(self, urls: Sequence[str]) -> None:
+        """Mark pages not due this cycle as seen, so links to them are not followed."""
+        ...
+
+    def mark_stored(self, pages: Sequence[tuple[str, int]]) -> None:
+        """Mark stored pages (url, depth) as seen (rebuilding a job's frontier)."""
+        ...
+
+    def reset(self) -> None:
+        """Forget every URL (a new cycle)."""
+        ...
+
+
+class ExactSeen:
+    """The frontier's seen hash: the admit script decides and queues in one step."""
+
+    name = "exact"
+
+    def __init__(self, redis: Redis, frontier: Frontier, job_id: str, settings: Settings) -> None:
+        self.redis, self.frontier, self.job_id, self.settings = redis, frontier, job_id, settings
+
+    def admit(self, entries: Sequence[Entry], *, token: str = "", part: int | None = None,
+              last: bool = True) -> Admission:
+        s = self.settings
+        queued = self.frontier.admit(self.job_id, entries, s.shards, token=token, part=part, last=last,
+                                     budget=s.max_pages, max_depth=s.max_depth, host_budget=s.max_pages_per_host)
+        return Admission(queued, 0)  # the admit script counts the exact set's own duplicates
+
+    def mark_skipped(self, urls: Sequence[str]) -> None:
+        # ``s``: skipped as not due this cycle (see the admit script's markers).
+        if urls:
+            self.redis.hset(keys.seen(self.job_id), mapping=dict.fromkeys(urls, "s"))
+
+    def mark_stored(self, pages: Sequence[tuple[str, int]]) -> None:
+        # ``x<depth>``: stored; the admit script re-queues it only for a shorter path under max_depth.
+        if pages:
+            self.redis.hset(keys.seen(self.job_id), mapping={url: f"x{depth}" for url, depth in pages})
+
+    def reset(self) -> None:
+        self.redis.delete(keys.seen(self.job_id))
+
+
+class BloomSeenSet:
+    """The Bloom filter decides what is new (memoised by batch token, so a redelivered batch
+    gets the same answer); the frontier queues those without consulting the exact set."""
+
+    name = "bloom"
+
+    def __init__(self, redis: Redis, frontier: Frontier, job_id: str, settings: Settings,
+                 bloom: BloomSeen | None = None) -> None:
+        self.frontier, self.job_id, self.settings = frontier, job_id, settings
+        self.bloom = bloom or BloomSeen(redis, job_id, capacity=settings.bloom_capacity, p=settings.bloom_error_rate)
+
+    def admit(self, entries: Sequence[Entry], *, token: str = "", part: int | None = None,
+              last: bool = True) -> Admission:
+        if token and not self.frontier.pending(self.job_id, token):
+            # Admission would ignore this batch (admitted already, or from before a Redis loss
+            # and `recover`); its URLs must not reach the filter either, or they would count as
+            # seen with nothing queued.
+            return Admission([], 0, ignored=True)
+        by_url = {e.url: e for e in entries}
+        new = set(self.bloom.add_many(list(by_url), token=token)) if by_url else set()
+        s = self.settings
+        queued = self.frontier.admit(self.job_id, [e for e in entries if e.url in new], s.shards, token=token,
+                                     trusted=True, part=part, last=last, budget=s.max_pages, max_depth=s.max_depth,
+                                     host_budget=s.max_pages_per_host)
+        return Admission(queued, len(entries) - len(new))
+
+    def mark_skipped(self, urls: Sequence[str]) -> None:
+        self.bloom.add_many(urls)
+
+    def mark_stored(self, pages: Sequence[tuple[str, int]]) -> None:
+        self.bloom.add_many([url for url, _depth in pages])
+
+    def reset(self) -> None:
+        self.bloom.reset()
+
+
+def seen_kind(settings: Settings) -> str:
+    """The name of the seen-set a job with these settings uses."""
+    return BloomSeenSet.name if settings.uses_bloom else ExactSeen.name
+
+
+def seen_set(redis: Redis, frontier: Frontier, job_id: str, settings: Settings) -> SeenSet:
+    """The seen-set the job's settings name."""
+    if seen_kind(settings) == BloomSeenSet.name:
+        return BloomSeenSet(redis, frontier, job_id, settings)
+    return ExactSeen(redis, frontier, job_id, settings)

@@ -1,0 +1,48 @@
+"""The dedup stage: link groups in, the URLs admitted to the frontier out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from crawler import jobs
+from crawler.dedup import admit_links
+from crawler.errors import BadURL
+from crawler.frontier import Entry
+from crawler.jobs import Job
+from crawler.messages import LinkGroup
+from crawler.stages.context import Context
+from crawler.urls import canonicalize, repeated_segments
+
+
+def dedup_stage(ctx: Context, job: Job, token: str, links: Sequence[LinkGroup]) -> list[str]:
+    """Canonicalise links and admit the ones this job has not seen; return those URLs."""
+    s = job.settings
+    best: dict[str, Entry] = {}
+    bad = traps = 0
+    for group in links:
+        for url, depth, referrer in group.links():
+            try:
+                canon = canonicalize(url, s.max_url_length)
+            except BadURL:
+                bad += 1
+                continue
+            # A URL with no more path segments than the limit cannot repeat one past it.
+            if (s.max_repeated_segments and canon.count("/") - 2 > s.max_repeated_segments
+                    and repeated_segments(canon) > s.max_repeated_segments):
+                traps += 1
+                continue
+            prev = best.get(canon)
+            if prev is None or depth < prev.depth:
+                best[canon] = Entry(canon, depth, referrer)
+    # The cache may not answer for depth-limited jobs: a URL seen again by a shorter path must
+    # reach the exact set, which keeps shortest depths.
+    cache = ctx.cache if s.local_cache_size and not s.max_depth else None
+    # KeyError if the job is gone (Redis lost it): nothing may be marked seen in a Bloom filter
+    # until ``crawler recover`` has rebuilt the job. The cache answers only within one cycle and
+    # one rebuild of the job: what this process saw before either is not seen after it.
+    space = jobs.seen_space(ctx.redis, job.id)
+    queued, hits = admit_links(ctx.redis, ctx.frontier, job.id, s, list(best.values()), token=token, cache=cache,
+                               seen=ctx.seen_set(job), cache_space=space)
+    jobs.count(ctx.redis, job.id, bad_url=bad, dropped_trap=traps, cache_lookups=len(best) if cache else 0,
+               cache_hits=hits)
+    return queued

@@ -1,0 +1,141 @@
+"""The fetch stage: leased entries in, fetched pages out (bodies parked in Redis)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from crawler import jobs
+from crawler.fetch import FetchConfig
+from crawler.fetch.client import FetchResult, runtime
+from crawler.fetch.robots import origin_of
+from crawler.frontier import Entry, Fetched, keys
+from crawler.jobs import Job
+from crawler.messages import FetchedPage, LinkGroup
+from crawler.politeness import blocked_result
+from crawler.retrypolicy import RetryPolicy
+from crawler.stages.context import Context
+from crawler.stages.dedup import dedup_stage
+from crawler.store import StoreUnavailable
+from crawler.urls import domain_of
+
+# How long a fetched body may wait in Redis for parse and store: past any lease.
+BODY_TTL = 3600
+
+
+def fetch_config(job: Job) -> FetchConfig:
+    s = job.settings
+    resolve = tuple(tuple(item.split("=", 1)) for item in s.resolve)
+    return FetchConfig(user_agent=s.user_agent, connect_timeout=s.connect_timeout, read_timeout=s.read_timeout,
+                       deadline=s.request_deadline, max_redirects=s.max_redirects, max_body=s.max_body,
+                       allow_networks=tuple(s.allow_networks), resolve=resolve,
+                       dns_ttl=s.dns_ttl)
+
+
+def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) -> list[FetchedPage]:
+    """Fetch the leased entries concurrently, within robots.txt; retryable failures go back to
+    the frontier to wait out a backoff, everything else comes back as pages for parse and
+    store. Bodies go to Redis under keys with a TTL."""
+    s = job.settings
+    ctx.check_places(job)
+    entries = [Entry.decode(e) for e in raw_entries]
+    held = ctx.frontier.begin(job.id, [(e.url, token) for e in entries], s.lease_timeout)
+    todo = [e for e, ok in zip(entries, held, strict=True) if ok]
+    if len(todo) < len(entries):
+        jobs.count(ctx.redis, job.id, stale_leases=len(entries) - len(todo))
+    if not todo:
+        return []
+    config = fetch_config(job)
+    rt = runtime()
+    fetcher = ctx.fetcher or rt.fetcher(config)
+    policies, fresh, blocked = ctx.politeness.robots_blocks([e.url for e in todo], job, fetcher, config, rt.run)
+    go = [e.url for e in todo if e.url not in blocked]
+    check = ctx.politeness.hop_check(job, fetcher, config, fresh)
+    cycle, cycle_base = jobs.cycle_of(ctx.redis, job.id) if s.periodic else (0, 0.0)
+    # Revisits are conditional: what the last visit stored goes back as validators.
+    previous = _previous(ctx, job, go) if cycle > 1 and go else {}
+    validators = ctx.politeness.validators(previous)
+    fetched = dict(zip(go, rt.run(fetcher.fetch_many(go, config, check, validators)), strict=True)) if go else {}
+    results = [fetched.get(e.url) or blocked_result(e.url, blocked[e.url]) for e in todo]
+
+    now = time.time()
+    archive = bool(s.warc and s.warc_dir)
+    retry = RetryPolicy.of(s)
+    pipe = ctx.redis.pipeline(transaction=False)
+    pages: list[FetchedPage] = []
+    done: list[Fetched] = []
+    nbytes = failed = not_modified = 0
+    for e, r in zip(todo, results, strict=True):
+        robots = policies.get(origin_of(e.url))
+        wait = retry.wait(e.attempts, r, robots.expires - now if robots is not None else 0.0)
+        if wait is not None:
+            done.append(Fetched(e.url, token, now + wait, r.ip))
+            pipe.hincrby(keys.counters(job.id), f"retry:{r.error}", 1)
+            continue
+        done.append(Fetched(e.url, token, 0.0, r.ip))
+        body_key = ""
+        if r.body:
+            body_key = keys.body(job.id, token, e.url)
+            pipe.set(body_key, r.body, ex=BODY_TTL)
+        nbytes += len(r.body)
+        failed += r.error is not None
+        if r.error:
+            pipe.hincrby(keys.counters(job.id), f"error:{r.error}", 1)
+        pages.append(_page(ctx, e, r, body_key, archive, cycle, cycle_base, previous.get(e.url)))
+        not_modified += r.status == 304
+    delays = ctx.politeness.delay_updates(job, results, policies)
+    if delays:
+        pipe.hset(keys.prefix(job.id) + "delay", mapping=delays)  # type: ignore[arg-type]
+    jobs.count(pipe, job.id, fetched=len(pages), failed=failed, bytes=nbytes, not_modified=not_modified,
+               fetch_tasks=1)
+    jobs.count_cycle(pipe, job.id, cycle, fetched=len(pages), bytes=nbytes, not_modified=not_modified)
+    pipe.hincrby(keys.NODE_FETCHED, ctx.node, len(pages))
+    ctx.frontier.fetched(job.id, done, lease_timeout=s.lease_timeout, delay=s.delay, pipe=pipe)
+    pipe.execute()
+    if s.sitemaps and policies:
+        found, over_cap = ctx.politeness.sitemap_urls(job, policies, fetcher, config, rt.run)
+        _admit_sitemaps(ctx, job, found)
+        jobs.count(ctx.redis, job.id, dropped_sitemap_cap=over_cap)
+    return pages
+
+
+def _page(ctx: Context, e: Entry, r: FetchResult, body_key: str, archive: bool, cycle: int, cycle_base: float,
+          previous: dict[str, Any] | None) -> FetchedPage:
+    return FetchedPage(
+        url=e.url, depth=e.depth, referrer=e.referrer, final_url=r.final_url, status=r.status,
+        http_version=r.http_version,
+        # Headers travel on only for the WARC records: they are most of a message's bytes.
+        headers=tuple(r.headers) if archive else (), request_headers=tuple(r.request_headers) if archive else (),
+        error=r.error, fetched_at=r.fetched_at, elapsed=round(r.elapsed, 4), redirects=tuple(r.redirects),
+        body_key=body_key, content_length=len(r.body), content_sha1=r.sha1, content_type=r.content_type,
+        fetched_by=ctx.node, attempts=e.attempts + 1,
+        etag=r.header("etag") or "", last_modified=r.header("last-modified") or "",
+        cycle=cycle, cycle_base=cycle_base, not_modified=r.status == 304,
+        # The same bytes as last time: nothing to parse again.
+        unchanged=r.status == 200 and not r.error and (previous or {}).get("content_sha1") == r.sha1,
+    )
+
+
+def _previous(ctx: Context, job: Job, urls: list[str]) -> dict[str, dict[str, Any]]:
+    try:
+        return ctx.store(job.settings.store).previous(job.id, urls)
+    except StoreUnavailable:
+        # With the store down, fetch unconditionally rather than not at all: store compares
+        # against the stored row again when it is back.
+        jobs.count(ctx.redis, job.id, unconditional_fetches=len(urls))
+        return {}
+
+
+def _admit_sitemaps(ctx: Context, job: Job, found: list[tuple[str, str]]) -> None:
+    links = [LinkGroup.single(url, 1, sitemap) for url, sitemap in found if not job.allowed or _in_scope(url, job)]
+    if links:
+        admitted = dedup_stage(ctx, job, "", links)
+        jobs.count(ctx.redis, job.id, sitemap_urls=len(admitted))
+
+
+def _in_scope(url: str, job: Job) -> bool:
+    try:
+        return domain_of(url) in job.allowed
+    except ValueError:
+        return False

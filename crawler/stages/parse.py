@@ -1,0 +1,98 @@
+"""The parse stage: fetched pages in, pages annotated for the store and link groups out."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+
+from crawler import jobs
+from crawler.dedup.simhash import simhash
+from crawler.errors import BadURL
+from crawler.jobs import Job
+from crawler.messages import FetchedPage, LinkGroup, groups_to_json
+from crawler.parse import is_html, parse_html
+from crawler.sharding import shard_of_url
+from crawler.stages.context import Context
+from crawler.urls import canonicalize, domain_of, query_variant
+
+
+def link_token(token: str, shard: int) -> str:
+    """Deterministic, so a redelivered parse re-sends batches that dedup recognises."""
+    return f"{token}:{shard}"
+
+
+def parse_stage(ctx: Context, job: Job, token: str,
+                pages: list[FetchedPage]) -> tuple[list[FetchedPage], dict[int, list[LinkGroup]]]:
+    """Parse HTML pages; return the pages annotated for the store, and the links to follow
+    grouped by the shard that owns their domain, then by the page they came from. Link batches
+    are registered with the frontier (``expect``) before the caller sends them, so the job
+    cannot end before them."""
+    s = job.settings
+    # The pages are this task's now: their leases run from here, not from the end of the fetch.
+    ctx.frontier.renew(job.id, [(p.url, token) for p in pages], s.lease_timeout)
+    want = [p for p in pages if p.body_key and p.status == 200 and is_html(p.content_type) and not p.unchanged]
+    bodies = ctx.bodies([p.body_key for p in want])
+    batches: dict[int, list[LinkGroup]] = defaultdict(list)
+    bad = fragment = not_http = out_of_scope = near = capped = dropped = query_traps = 0
+    annotated: dict[str, FetchedPage] = {}
+    nofollows: dict[str, bool] = {}
+    lost: set[str] = set()
+    for page, body in zip(want, bodies, strict=True):
+        if body is None:
+            # The body expired or Redis lost it: storing the page now would record it without
+            # its links (and ``crawler recover`` would then never follow them). Its lease
+            # expires, or the rebuilt frontier holds it, and it is fetched again.
+            lost.add(page.url)
+            continue
+        parsed = parse_html(page.final_url, body, page.content_type, s.max_links_per_page)
+        capped += parsed.dropped_links > 0
+        dropped += parsed.dropped_links
+        outlinks: list[str] = []
+        for link in parsed.links:
+            try:
+                outlinks.append(canonicalize(link, s.max_url_length))
+            except BadURL:
+                bad += 1
+        bad += parsed.bad_links
+        fragment += parsed.fragment_links
+        not_http += parsed.not_http_links
+        annotated[page.url] = dataclasses.replace(
+            page, title=parsed.title, canonical=parsed.canonical, noindex=parsed.noindex, nofollow=parsed.nofollow,
+            outlinks=tuple(outlinks), simhash=simhash(parsed.text) if s.near_duplicates else None)
+        nofollows[page.url] = parsed.nofollow
+    hashed = [p for p in annotated.values() if p.simhash is not None]
+    if hashed:
+        originals = ctx.near_dups.find_or_add(job.id, [(p.url, p.simhash) for p in hashed if p.simhash is not None],
+                                              s.near_duplicate_distance)
+        for page, original in zip(hashed, originals, strict=True):
+            annotated[page.url] = dataclasses.replace(page, near_duplicate_of=original)
+            near += original is not None
+    for page in annotated.values():
+        child_depth = page.depth + 1
+        if nofollows[page.url] or (s.max_depth and child_depth > s.max_depth):
+            continue
+        original = page.near_duplicate_of
+        if original and not s.follow_near_duplicates:
+            continue
+        if original and query_variant(page.url, original):
+            # The same page again under another session id or sort order: its links are the
+            # original's, plus the next variant's, and following them is how such traps grow.
+            query_traps += 1
+            continue
+        by_shard: dict[int, list[str]] = defaultdict(list)
+        for link in page.outlinks:
+            if job.allowed and domain_of(link) not in job.allowed:
+                out_of_scope += 1
+                continue
+            by_shard[shard_of_url(link, s.shards)].append(link)
+        for shard, urls in by_shard.items():
+            batches[shard].append(LinkGroup(page.url, child_depth, tuple(urls)))
+    jobs.count(ctx.redis, job.id, parsed=len(want) - len(lost), bad_url=bad, links_fragment_only=fragment,
+               links_not_http=not_http, links_out_of_scope=out_of_scope,
+               near_duplicates=near, skipped_unchanged=sum(1 for p in pages if p.unchanged),
+               body_lost=len(lost), links_capped=capped, links_dropped=dropped,
+               **{"dropped_trap:near_duplicate_query": query_traps})
+    jobs.count_cycle(ctx.redis, job.id, pages[0].cycle if pages else 0, parsed=len(annotated))
+    ctx.frontier.expect(job.id, {link_token(token, shard): groups_to_json(links) for shard, links in batches.items()},
+                        s.lease_timeout)
+    return [annotated.get(p.url, p) for p in pages if p.url not in lost], dict(batches)

@@ -1,0 +1,127 @@
+"""The store stage: pages in, rows (and WARC records) written, leases ended."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from crawler import jobs, schedule, storeretry
+from crawler.jobs import Job
+from crawler.messages import FetchedPage
+from crawler.settings import Settings
+from crawler.stages.context import Context
+from crawler.store import PageRecord, StoreUnavailable
+from crawler.store.base import CONTENT_COLUMNS
+from crawler.store.warc import WarcFiles
+
+
+def store_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage]) -> int:
+    """Write rows (and WARC records for new ones), then end the leases. Returns rows written.
+    Raises ``StoreUnavailable`` (nothing written, leases untouched) while the store is down:
+    see ``hold_for_retry``."""
+    s = job.settings
+    ctx.frontier.renew(job.id, [(p.url, token) for p in pages], s.lease_timeout)
+    store = ctx.store(s.store)
+    previous = store.previous(job.id, [p.url for p in pages]) if s.periodic else {}
+    records = [to_record(job.id, token, ctx.node, p) for p in pages]
+    outcomes = {r.url: plan_visit(r, previous.get(r.url), p, s) for r, p in zip(records, pages, strict=True)}
+    by_url = {p.url: p for p in pages}
+    warc_dir = s.warc_dir if s.warc else ""
+    written: list[PageRecord] = []
+    archived: list[tuple[WarcFiles, tuple[str, int]]] = []
+
+    def archive(new: list[PageRecord]) -> None:
+        if not warc_dir:
+            return
+        want = [r for r in new if by_url[r.url].body_key or r.status is not None]
+        bodies = ctx.bodies([by_url[r.url].body_key or "-" for r in want])
+        warc = ctx.warc(warc_dir, s.warc_max_size)
+        archived.append((warc, warc.mark()))
+        for r, body in zip(want, bodies, strict=False):
+            p = by_url[r.url]
+            warc.write(r, http_version=p.http_version, request_headers=list(p.request_headers),
+                       response_headers=list(p.headers), body=body or b"")
+
+    try:
+        written = store.put(records, before_commit=archive)
+    except StoreUnavailable:
+        # The records went out but the rows did not commit: take the records back, so the retry
+        # does not archive them twice.
+        for warc, mark in archived:
+            warc.rollback(mark)
+        raise
+    for warc, _ in archived:
+        warc.flush()  # rotation only once the rows are in, so a rollback finds its file
+    if s.periodic:
+        tally = Counter(outcomes[r.url] for r in written)
+        jobs.count_cycle(ctx.redis, job.id, pages[0].cycle, new=tally[schedule.NEW],
+                         changed=tally[schedule.CHANGED], unchanged=tally[schedule.UNCHANGED],
+                         gone=tally[schedule.GONE])
+    ctx.frontier.release(job.id, [(p.url, token) for p in pages], delay=s.delay, max_depth=s.max_depth)
+    pipe = ctx.redis.pipeline(transaction=False)
+    body_keys = [p.body_key for p in pages if p.body_key]
+    if body_keys:
+        pipe.unlink(*body_keys)
+    storeretry.clear(pipe, job.id)
+    pipe.execute()
+    return len(written)
+
+
+def hold_for_retry(ctx: Context, job: Job, token: str, pages: list[FetchedPage], error: StoreUnavailable,
+                   attempt: int) -> float | None:
+    """The store stage failed (try ``attempt + 1``) with the store down: keep the pages' leases
+    until after the next try, show the error in ``status``, and return the seconds to wait
+    before that try; None when ``store_retry_for`` is spent (the leases then run out and the
+    pages come back to the frontier)."""
+    s = job.settings
+    wait = storeretry.next_wait(attempt, s)
+    if wait is None:
+        return None
+    ctx.frontier.renew(job.id, [(p.url, token) for p in pages], s.lease_timeout, extra=wait)
+    # Forgotten soon after the last worker stops reporting it (a store task that gave up).
+    storeretry.report(ctx.redis, job.id, str(error), ctx.node, ttl=wait + 2 * storeretry.cap(s))
+    return wait
+
+
+def plan_visit(rec: PageRecord, previous: dict[str, Any] | None, page: FetchedPage, s: Settings) -> str:
+    """Classify one visit against the page's stored row and set its revisit schedule. A visit
+    that found nothing new (304, the same bytes, a failure) keeps the stored content; a page
+    that went keeps it too, marked with the cycle it went in."""
+    outcome = schedule.classify(previous, status=rec.status, sha1=rec.content_sha1, error=rec.error,
+                                not_modified=page.not_modified)
+    rec.cycle = page.cycle
+    if previous is not None and outcome != schedule.NEW and outcome != schedule.CHANGED:
+        keep = [c for c in CONTENT_COLUMNS if outcome in (schedule.UNCHANGED, schedule.FAILED) or c != "status"]
+        for column in keep:
+            setattr(rec, column, previous[column])
+        rec.etag = rec.etag or previous.get("etag") or ""
+        rec.last_modified = rec.last_modified or previous.get("last_modified") or ""
+        if outcome == schedule.UNCHANGED:
+            rec.error = None
+        rec.gone_cycle = previous.get("gone_cycle")
+    else:
+        rec.changed_at = rec.fetched_at
+    if outcome == schedule.GONE:
+        rec.gone_cycle = rec.cycle
+    initial = schedule.period(s.every, s.cron, rec.fetched_at) if s.periodic else s.revisit_max
+    rec.revisit_interval = schedule.next_interval(
+        (previous or {}).get("revisit_interval"), outcome, initial=initial,
+        low=schedule.revisit_floor(s.revisit_min, initial, s.revisit_max),
+        high=s.revisit_max, grow=s.revisit_grow, shrink=s.revisit_shrink)
+    # From when the cycle was due, not when the page was fetched, so a page revisited every
+    # period is due at the start of the next cycle.
+    rec.next_visit = (page.cycle_base or rec.fetched_at) + rec.revisit_interval
+    return outcome
+
+
+def to_record(job_id: str, token: str, node: str, p: FetchedPage) -> PageRecord:
+    return PageRecord(
+        url=p.url, job_id=job_id, fetch_id=token, final_url=p.final_url, status=p.status,
+        content_type=p.content_type, title=p.title, depth=p.depth, referrer=p.referrer,
+        fetched_at=p.fetched_at, content_length=p.content_length, content_sha1=p.content_sha1,
+        outlinks=list(p.outlinks), error=p.error, fetched_by=p.fetched_by or node,
+        redirects=[list(hop) for hop in p.redirects],
+        canonical=p.canonical, noindex=p.noindex, nofollow=p.nofollow,
+        simhash=f"{p.simhash:016x}" if p.simhash is not None else None,
+        near_duplicate_of=p.near_duplicate_of, etag=p.etag, last_modified=p.last_modified,
+    )

@@ -1,0 +1,34 @@
+"""The parse stage counts each kind of href it does not follow under its own name, and a
+Context built from parts (as tests inject them) runs the stages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import redis
+
+from crawler import jobs
+from crawler.dedup import SeenCache
+from crawler.dedup.neardup import NearDuplicates
+from crawler.frontier import Frontier
+from crawler.messages import FetchedPage
+from crawler.politeness import Politeness
+from crawler.settings import Settings
+from crawler.stages import Context, parse_stage
+
+A = "http://a.example/"
+
+
+def test_a_fragment_a_mailto_and_a_broken_url_count_one_each_under_their_names(r: redis.Redis,
+                                                                                tmp_path: Path) -> None:
+    settings = Settings.from_env(store=f"sqlite:///{tmp_path}/c.db", obey_robots=False)
+    job_id = jobs.submit(r, settings, [A])
+    ctx = Context(r, frontier=Frontier(r), politeness=Politeness(r, settings), cache=SeenCache(10),
+                  near_dups=NearDuplicates(r))
+    r.set("body", b'<a href="#x">x</a><a href="mailto:a@b.c">m</a><a href="http://[::1">b</a><a href="/ok">ok</a>')
+    page = FetchedPage(url=A, final_url=A, status=200, content_type="text/html", body_key="body")
+    [parsed], _ = parse_stage(ctx, jobs.load(r, job_id), "t", [page])
+    assert parsed.outlinks == (A + "ok",)
+    c = jobs.status(r, job_id)["counters"]
+    assert (c["links_fragment_only"], c["links_not_http"], c["bad_url"]) == (1, 1, 1)
+    ctx.close()
