@@ -31,7 +31,9 @@ class SeenCache:
 
     def _weight(self, key: str) -> float:
         w, t = self.weights[key]
-        return w * 0.5 ** ((self.tick - t) / HALF_LIFE)
+        # A float to a float power may be complex as far as the checker knows; here it is not.
+        fade: float = 0.5 ** ((self.tick - t) / HALF_LIFE)
+        return w * fade
 
     def seen(self, key: str) -> bool:
         """True if this process knows the URL was seen; False means: ask Redis."""
