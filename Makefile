@@ -51,7 +51,7 @@ settings-table: $(PY)
 	$(VENV)/bin/crawler settings --readme README.md
 
 clean:
-	rm -rf crawl-out .pytest_cache .ruff_cache
+	rm -rf crawl-out .pytest_cache .ruff_cache .mypy_cache
 
 # The compose cluster: Redis (AOF, password), PostgreSQL, a worker per shard, beat, Flower.
 up:

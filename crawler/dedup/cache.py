@@ -31,7 +31,7 @@ class SeenCache:
 
     def _weight(self, key: str) -> float:
         w, t = self.weights[key]
-        # A float to a float power may be complex as far as the checker knows; here it is not.
+        # Typed: to the checker a float to a float power may be complex (Any); a positive base is not.
         fade: float = 0.5 ** ((self.tick - t) / HALF_LIFE)
         return w * fade
 
