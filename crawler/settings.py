@@ -62,11 +62,11 @@ class Settings:
     http_clients: int = _s(8, "HTTP clients each worker process keeps open, one per network policy (allowed networks, resolve map); the least recently used is closed")
     job_cache_size: int = _s(256, "Jobs each worker process keeps settings and a Bloom filter handle for")
     open_stores: int = _s(16, "Stores and WARC writers each worker process keeps open; the least recently used is closed")
-    allow_networks: list = _s([], "Networks (CIDR) fetched although not public; by default loopback, private, link-local, CGNAT, multicast and reserved addresses are never contacted", job=True)
-    resolve: list = _s([], "Fixed DNS answers HOST=IP (like curl --resolve)", job=True)
+    allow_networks: list[str] = _s([], "Networks (CIDR) fetched although not public; by default loopback, private, link-local, CGNAT, multicast and reserved addresses are never contacted", job=True)
+    resolve: list[str] = _s([], "Fixed DNS answers HOST=IP (like curl --resolve)", job=True)
     dns_ttl: float = _s(300.0, "Seconds a DNS answer is cached per worker process", job=True)
     concurrency: int = _s(64, "Requests in flight per job at most, over all hosts and shards", job=True)
-    allow_domains: list = _s([], "Registered domains in scope (empty: the seeds' own)", job=True)
+    allow_domains: list[str] = _s([], "Registered domains in scope (empty: the seeds' own)", job=True)
     user_agent: str = _s("crawler/0.1 (+https://example.invalid/bot)", "User-Agent header sent with every request", job=True)
     fetch_batch: int = _s(32, "URLs per fetch task at most", job=True)
     connect_timeout: float = _s(5.0, "Seconds to open a connection", job=True)
@@ -84,7 +84,7 @@ class Settings:
     store: str = _s("", "Store URL, e.g. sqlite:///out/crawl.db (default for `crawl`: DIR/crawl.db)", job=True)
     warc_dir: str = _s("", "Directory for WARC files (default: next to an SQLite store, in warc/)", job=True)
     store_root: str = _s("", "Worker: the SQLite stores and WARC directories a job names must lie under this directory, relative ones resolve against it (empty: anywhere; `make up` sets it)")
-    store_hosts: list = _s([], "Worker: the database hosts a job's postgresql store may name (empty: any; `make up` sets it)")
+    store_hosts: list[str] = _s([], "Worker: the database hosts a job's postgresql store may name (empty: any; `make up` sets it)")
     warc: bool = _s(True, "Keep every response in WARC files (0: store rows only)", job=True)
     every: float = _s(0.0, "Run the job in cycles this many seconds apart (`--every 6h`); 0: once", job=True)
     cron: str = _s("", "Run the job in cycles on this cron schedule, UTC (`--cron '0 */6 * * *'`)", job=True)
@@ -170,11 +170,12 @@ def process_limit(name: str, env: Mapping[str, str] | None = None) -> int:
     ``Settings.from_env`` (which every entry point calls) reports it as the error it is."""
     f = next(f for f in fields(Settings) if f.name == name)
     raw = (os.environ if env is None else env).get(f"CRAWLER_{name.upper()}")
+    default: Any = f.default  # every cache limit has a plain int default, not a factory
     try:
-        value = int(raw) if raw is not None else int(f.default)
+        value = int(raw) if raw is not None else int(default)
     except ValueError:
-        value = int(f.default)
-    return value if value >= 1 else int(f.default)
+        value = int(default)
+    return value if value >= 1 else int(default)
 
 
 class SettingError(ConfigError):
@@ -306,6 +307,6 @@ def settings_table() -> str:
     """The README's settings table, generated so the two cannot drift apart."""
     rows = ["| setting | env | default | meaning |", "|---|---|---|---|"]
     for f in fields(Settings):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]  # a field without a default has a factory (see _s); the checker cannot tie the two
         rows.append(f"| `{f.name}` | `CRAWLER_{f.name.upper()}` | `{default!r}` | {f.metadata['doc']} |")
     return "\n".join(rows)

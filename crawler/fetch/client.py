@@ -288,6 +288,7 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
     def __init__(self, backend: httpcore.AsyncNetworkBackend, per_origin: int = 32,
                  keepalive_expiry: float = 30.0) -> None:
         super().__init__(trust_env=False)
+        # httpx declares _pool as one httpcore pool; it calls only the two methods OriginPools has.
         self._pool = OriginPools(backend, per_origin, keepalive_expiry)  # type: ignore[assignment]
 
 

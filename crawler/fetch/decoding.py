@@ -138,7 +138,8 @@ class _Brotli:
 
     def _process(self, data: bytes, n: int) -> bytes:
         try:
-            return self._d.process(data, output_buffer_limit=n)
+            out: bytes = self._d.process(data, output_buffer_limit=n)  # brotli is untyped
+            return out
         except brotli.error as exc:
             raise errors.Decode(f"corrupt brotli data: {exc}") from exc
 

@@ -20,9 +20,10 @@ from crawler.store.base import StoreRefused, StoreUnavailable
 
 CONNECT_TIMEOUT = 5  # seconds; a server that does not answer sooner counts as down
 # Notice a server that vanished without closing (a host or network gone) within about 30 s
-# instead of the kernel's two hours; local sockets ignore these.
-_TCP = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
-        "tcp_user_timeout": 30_000}
+# instead of the kernel's two hours; local sockets ignore these. Typed Any: these are libpq
+# parameters for connect()'s **kwargs, not its typed keywords (row_factory, context...).
+_TCP: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
+                        "tcp_user_timeout": 30_000}
 TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError)
 # The server answered and said no (or libpq had no password to offer it); waiting will not change
 # it. libpq gives no SQLSTATE for a failed connection, only its message.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import socket
 import threading
 import time
 import zlib
@@ -38,7 +39,7 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def handle_error(self, request: object, client_address: object) -> None:
+    def handle_error(self, request: socket.socket | tuple[bytes, socket.socket], client_address: object) -> None:
         import sys
 
         # Clients that hang up mid-response (killed workers, deadlines) are part of the tests.
