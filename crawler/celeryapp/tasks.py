@@ -10,8 +10,9 @@ from typing import Any
 from celery import Task
 from redis import exceptions as redis_errors
 
-from crawler import jobs, liveshards, pipeline
-from crawler.app import app, redis_url
+from crawler import cycles, jobs, liveshards, pipeline
+from crawler.celeryapp.app import app
+from crawler.celeryapp.broker import redis_url
 from crawler.frontier import keys
 from crawler.redisconn import connect
 from crawler.settings import Settings
@@ -152,8 +153,6 @@ def store(self: Task, job_id: str, shard: int, token: str, pages: list[dict[str,
 @app.task(name="crawler.cycle_tick", ignore_result=True)
 def cycle_tick() -> list[tuple[str, int]]:
     """Sent by the beat (``beat_schedule.py``): start the cycles that are due."""
-    from crawler import cycles
-
     ctx = context()
     ctx.redis.incr(keys.BEAT_TICKS)
     return cycles.tick(ctx.redis, ctx.store)
