@@ -23,6 +23,7 @@ from crawler.frontier import keys
 from crawler.rebalance import set_shards
 from crawler.redact import has_password, redact
 from crawler.redisconn import check_version, connect
+from crawler.schedule import parse_duration
 from crawler.settings import Settings, parse_text, settings_table
 from crawler.stopsignals import exit_status
 from crawler.store import StoreURLError, open_store
@@ -154,9 +155,6 @@ def cmd_crawl(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    # Lazy: crawler.schedule loads Celery's crontab (~0.1 s), wanted by this command alone.
-    from crawler.schedule import parse_duration
-
     every = parse_duration(args.every) if args.every else None
     revisit = {name: parse_duration(getattr(args, name)) if getattr(args, name) else None
                for name in ("revisit_min", "revisit_max")}
@@ -240,8 +238,8 @@ def cmd_reset_seen(args: argparse.Namespace) -> int:
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
-    # Lazy: recovery loads the whole pipeline (httpx, the parsers, Celery's crontab: ~350
-    # modules) for one rare command; every other command stays quick to start.
+    # Lazy: recovery loads the whole pipeline (httpx, the parsers: ~200 modules) for one rare
+    # command; every other command stays quick to start.
     from crawler.recover import recover
 
     shards = _count("shards", args.shards, "--shards")
