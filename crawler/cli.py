@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 import redis
 
 from crawler import jobs, liveshards, nodes, takeover
-from crawler.celeryapp.broker import redis_url
+from crawler.celeryapp.config import environment, redis_url
 from crawler.dedup.bloom import BloomSeen
 from crawler.embedded import crawl
 from crawler.errors import BadURL
@@ -493,6 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    environment()  # a wrong CRAWLER_* variable ends every command with one line, before anything runs
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     args = build_parser().parse_args(argv)
     try:

@@ -3,5 +3,5 @@ messages between workers (``tasks``), the dispatcher's worker bootstep (``bootst
 signal handlers (``signals``) and the locked beat scheduler (``beat``).
 
 Nothing below this package imports it (``make lint`` checks): the domain runs without Celery.
-This file imports nothing, so ``crawler.celeryapp.broker`` stays light for the command line.
+This file imports nothing, so ``crawler.celeryapp.config`` stays light for the command line.
 """

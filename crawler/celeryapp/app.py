@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-
 from celery import Celery
 
 from crawler.celeryapp import signals
-from crawler.celeryapp.broker import DEFAULT_REDIS_URL, redis_url
+from crawler.celeryapp.config import DEFAULT_REDIS_URL, environment, redis_url
 from crawler.redisconn import CONNECT_TIMEOUT, HEALTH_CHECK_INTERVAL, SOCKET_TIMEOUT
-from crawler.settings import SettingError, Settings
+from crawler.settings import Settings
 
 __all__ = ["DEFAULT_REDIS_URL", "app", "make_app", "redis_url"]
 
@@ -60,14 +58,4 @@ def make_app(settings: Settings | None = None) -> Celery:
     return app
 
 
-def _environment() -> Settings:
-    try:
-        return Settings.from_env()
-    except SettingError as exc:
-        # Read on import, by the ``crawler`` command and by ``celery -A crawler``: a wrong
-        # variable ends either with one line naming it, not a traceback or a silent default.
-        print(f"crawler: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
-app = make_app(_environment())
+app = make_app(environment())

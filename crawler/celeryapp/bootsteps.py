@@ -12,7 +12,7 @@ from typing import Any
 
 from celery import bootsteps
 
-from crawler.celeryapp.broker import redis_url
+from crawler.celeryapp.config import redis_url
 from crawler.celeryapp.signals import shards_of
 from crawler.celeryapp.tasks import dedup, fetch, send, send_shared, store
 from crawler.frontier.dispatcher import IDLE_WAIT, Dispatcher

@@ -18,7 +18,7 @@ from typing import Any
 from celery.signals import celeryd_after_setup, heartbeat_sent, worker_init, worker_shutdown
 from redis import Redis
 
-from crawler.celeryapp.broker import redis_url
+from crawler.celeryapp.config import redis_url
 from crawler.lifeline import die_with_parent, parent_from_env, watch_parent
 from crawler.nodes import mark_offline, record_heartbeat
 from crawler.redisconn import connect

@@ -12,7 +12,7 @@ from redis import exceptions as redis_errors
 
 from crawler import cycles, jobs, liveshards, pipeline
 from crawler.celeryapp.app import app
-from crawler.celeryapp.broker import redis_url
+from crawler.celeryapp.config import redis_url
 from crawler.frontier import keys
 from crawler.redisconn import connect
 from crawler.settings import Settings
