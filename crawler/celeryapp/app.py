@@ -5,11 +5,9 @@ from __future__ import annotations
 from celery import Celery
 
 from crawler.celeryapp import signals
-from crawler.celeryapp.config import DEFAULT_REDIS_URL, environment, redis_url
+from crawler.celeryapp.config import environment, redis_url
 from crawler.redisconn import CONNECT_TIMEOUT, HEALTH_CHECK_INTERVAL, SOCKET_TIMEOUT
 from crawler.settings import Settings
-
-__all__ = ["DEFAULT_REDIS_URL", "app", "make_app", "redis_url"]
 
 
 def make_app(settings: Settings | None = None) -> Celery:
