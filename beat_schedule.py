@@ -1,4 +1,4 @@
-"""The beat schedule: ``celery -A crawler beat`` runs it (crawler.app loads this module).
+"""The beat schedule: ``celery -A crawler beat`` runs it (crawler.celeryapp.beat loads this module).
 
 One periodic task: every ``CRAWLER_CYCLE_CHECK`` seconds (default 5), start the next cycle of
 every periodic job whose time has come (``crawler submit ... --every 6h`` or ``--cron``). The

@@ -14,12 +14,20 @@ from typing import Any, NoReturn
 
 import redis
 
-from crawler import jobs
+from crawler import jobs, liveshards, nodes, takeover
+from crawler.celeryapp.config import environment, redis_url
+from crawler.dedup.bloom import BloomSeen
+from crawler.embedded import crawl
 from crawler.errors import BadURL, ConfigError, CrawlerError, JobNotFound
+from crawler.frontier import keys
+from crawler.rebalance import set_shards
 from crawler.redact import has_password, redact
-from crawler.settings import Settings, parse_text
+from crawler.redisconn import check_version, connect
+from crawler.schedule import parse_duration
+from crawler.settings import Settings, parse_text, settings_table
 from crawler.stopsignals import exit_status
 from crawler.store import open_store
+from crawler.testweb import TestWeb, WebModel
 
 log = logging.getLogger("crawler")
 
@@ -79,9 +87,6 @@ def _count(name: str, raw: str | None, flag: str) -> int | None:
 
 
 def _client(url: str | None) -> redis.Redis:
-    from crawler.app import redis_url
-    from crawler.redisconn import check_version, connect
-
     try:
         client = connect(url or redis_url())
     except ValueError as exc:  # redis-py's verdict on the URL's form
@@ -130,8 +135,6 @@ class ProgressLine:
 
 
 def cmd_crawl(args: argparse.Namespace) -> int:
-    from crawler.embedded import crawl
-
     settings = _settings(args, workers=args.workers, store=None)
     progress = ProgressLine(settings.progress_interval) if not args.quiet else None
     outcome = crawl(settings, args.seeds, args.out, progress)
@@ -155,8 +158,6 @@ def cmd_crawl(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from crawler.schedule import parse_duration
-
     every = parse_duration(args.every) if args.every else None
     revisit = {name: parse_duration(getattr(args, name)) if getattr(args, name) else None
                for name in ("revisit_min", "revisit_max")}
@@ -188,8 +189,6 @@ def cmd_status(args: argparse.Namespace) -> int:
             return 2
         time.sleep(0.5)
     hosts = jobs.hosts(client, args.job) if args.hosts else None
-    from crawler import nodes, takeover
-
     shard_states = takeover.shard_states(client, json.loads(st["settings"])["shards"])
     if args.json:
         print(json.dumps({**st, "shards": shard_states, **({"hosts": hosts} if hosts is not None else {})},
@@ -234,9 +233,6 @@ def cmd_deadlinks(args: argparse.Namespace) -> int:
 
 
 def cmd_reset_seen(args: argparse.Namespace) -> int:
-    from crawler.dedup.bloom import BloomSeen
-    from crawler.frontier import keys
-
     client = _client(args.redis_url)
     jobs.status(client, args.job)
     deleted = BloomSeen(client, args.job).reset() + int(client.delete(keys.seen(args.job)))
@@ -245,6 +241,8 @@ def cmd_reset_seen(args: argparse.Namespace) -> int:
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
+    # Lazy: recovery loads the whole pipeline (httpx, the parsers: ~200 modules) for one rare
+    # command; every other command stays quick to start.
     from crawler.recover import recover
 
     shards = _count("shards", args.shards, "--shards")
@@ -302,8 +300,6 @@ def cmd_cycles(args: argparse.Namespace) -> int:
 
 
 def cmd_shards(args: argparse.Namespace) -> int:
-    from crawler.rebalance import set_shards
-
     count = int(parse_text("shards", args.count, "N"))
     client = _client(args.redis_url)
     targets = args.job or jobs.active(client)
@@ -320,8 +316,6 @@ def cmd_shards(args: argparse.Namespace) -> int:
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
-    from crawler import liveshards, nodes, takeover
-
     client = _client(args.redis_url)
     rows = nodes.nodes(client)
     down = liveshards.read(client).shards()
@@ -370,8 +364,6 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Serve the synthetic web on loopback and crawl it: the whole system, no network needed."""
-    from crawler.testweb import TestWeb, WebModel
-
     web = TestWeb(WebModel(args.sites, args.pages), filler=2000).start()
     try:
         print(f"serving a synthetic web of {args.sites} sites x {args.pages} pages on "
@@ -385,8 +377,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_settings(args: argparse.Namespace) -> int:
-    from crawler.settings import settings_table
-
     table = settings_table()
     if args.readme:
         path = Path(args.readme)
@@ -506,6 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    environment()  # a wrong CRAWLER_* variable ends every command with one line, before anything runs
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     args = build_parser().parse_args(argv)
     # Only the crawler's own errors and its environment's (Redis unreachable, a file or socket

@@ -23,7 +23,6 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -102,18 +101,3 @@ def parent_from_env(env: dict[str, str] | None = None) -> int:
     if not raw.isdigit() or int(raw) < 1:
         raise ValueError(f"{PARENT_ENV}={raw!r} is not a process id")
     return int(raw)
-
-
-def install_worker_hooks() -> None:
-    """In a Celery worker started with ``CRAWLER_PARENT_PID``: die with that parent."""
-    from celery.signals import worker_init
-
-    def on_worker_init(**_: Any) -> None:
-        parent = parent_from_env()
-        if parent:
-            # Armed, the kernel sends SIGTERM the moment the parent dies and the watch only
-            # enforces the grace period (a second SIGTERM would interrupt the warm shutdown).
-            armed = die_with_parent(signal.SIGTERM) and os.getppid() == parent
-            watch_parent(parent, shutdown=(lambda: None) if armed else None)
-
-    worker_init.connect(on_worker_init, weak=False)

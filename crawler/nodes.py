@@ -1,7 +1,8 @@
 """Node status from Celery's own heartbeats: every ``worker-heartbeat`` event a worker sends
 (every 2 s while events are on) also leaves its latest figures in Redis (``c:nodes``), so
 ``crawler nodes`` can show workers that are silent or gone, not only the ones that answer now.
-No second heartbeat: this rides on Celery's ``heartbeat_sent`` signal and its timer.
+No second heartbeat: this rides on Celery's ``heartbeat_sent`` signal and its timer (the handler
+is in ``crawler.celeryapp.signals``).
 """
 
 from __future__ import annotations
@@ -70,43 +71,3 @@ def forget_gone(client: Redis, older_than: float = 86400.0) -> int:
     now = time.time()
     old = [r["node"] for r in nodes(client, now) if r["state"] == "gone" and now - r["last"] > older_than]
     return int(client.hdel(keys.NODES, *old)) if old else 0
-
-
-def install_signal_handlers() -> None:
-    """Connect to Celery's heartbeat and shutdown signals (in crawler.app, so a worker has them
-    before its heartbeat timer starts)."""
-    from celery.signals import heartbeat_sent, worker_shutdown
-
-    clients: dict[int, Redis] = {}
-
-    def client() -> Redis:
-        c = clients.get(os.getpid())
-        if c is None:
-            from crawler.app import redis_url
-            from crawler.redisconn import connect
-
-            c = clients[os.getpid()] = connect(redis_url())
-        return c
-
-    def shards_of(app: Any) -> list[int]:
-        from crawler.sharding import shard_of_queue
-
-        names = list(app.amqp.queues.consume_from or ())
-        return sorted({s for s in (shard_of_queue(n) for n in names) if s is not None})
-
-    def on_heartbeat(sender: Any, **_: Any) -> None:
-        try:
-            record_heartbeat(client(), sender.eventer.hostname, shards=shards_of(sender.eventer.app),
-                             interval=float(sender.interval))
-        except Exception:  # a status record must never disturb the heartbeat itself
-            pass
-
-    def on_shutdown(sender: Any = None, **_: Any) -> None:
-        try:
-            if sender is not None and getattr(sender, "hostname", None):
-                mark_offline(client(), sender.hostname)
-        except Exception:
-            pass
-
-    heartbeat_sent.connect(on_heartbeat, weak=False)
-    worker_shutdown.connect(on_shutdown, weak=False)

@@ -8,11 +8,12 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Mapping
-from typing import Any, Protocol, cast
-
-from celery.schedules import crontab
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from crawler.errors import ConfigError, shown
+
+if TYPE_CHECKING:
+    from celery.schedules import crontab
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
@@ -32,6 +33,10 @@ def parse_cron(expr: str) -> crontab:
     if len(parts) != 5:
         raise ConfigError(f"cron expression {shown(expr)} needs 5 fields: minute hour day-of-month month day-of-week")
     minute, hour, dom, month, dow = parts
+    # Lazy: Celery's crontab parses the fields; only cron jobs need it, and the stages that
+    # import this module for classify() stay free of Celery.
+    from celery.schedules import crontab
+
     try:
         return crontab(minute=minute, hour=hour, day_of_month=dom, month_of_year=month, day_of_week=dow)
     except ValueError as exc:

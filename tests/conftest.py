@@ -203,6 +203,6 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def _never_the_machines_redis(monkeypatch: pytest.MonkeyPatch) -> None:
     """Anything in the test process that falls back to the default broker (6379) fails loudly
     instead of quietly using a Redis the suite does not own."""
-    from crawler.app import app
+    from crawler import app
 
     monkeypatch.setattr(app.conf, "broker_url", "redis://127.0.0.1:1/0")

@@ -15,17 +15,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
-from celery import bootsteps
 
 from crawler import jobs, liveshards, takeover
-from crawler.errors import Reason
 from crawler.frontier import keys
 from crawler.frontier.core import Frontier
 from crawler.liveshards import LiveSet
 from crawler.rebalance import rebalance_if_changed
-from crawler.redisconn import block_timeout, check_version, connect
-from crawler.settings import Settings
-from crawler.sharding import shard_of_queue, standby
+from crawler.redisconn import block_timeout
+from crawler.sharding import standby
 
 log = logging.getLogger(__name__)
 
@@ -169,55 +166,3 @@ class Dispatcher:
             pipe.execute()
         except redis.RedisError:
             pass  # Redis is gone: the wait ends by itself within MAX_BLOCK
-
-
-class DispatcherStep(bootsteps.StartStopStep):
-    """Starts a Dispatcher thread for the shard queues this worker consumes (``-Q shard-N``)."""
-
-    requires = {"celery.worker.components:Pool"}
-
-    def __init__(self, worker: Any, **kwargs: Any) -> None:
-        super().__init__(worker, **kwargs)
-        self.dispatcher: Dispatcher | None = None
-        self.thread: threading.Thread | None = None
-
-    def start(self, worker: Any) -> None:
-        from crawler.app import redis_url
-        from crawler.messages import failed_page
-        from crawler.tasks import dedup, fetch, send, send_shared, store
-
-        names = list(worker.app.amqp.queues.consume_from)
-        shards = sorted({s for s in (shard_of_queue(n) for n in names) if s is not None})
-        if not shards:
-            log.warning("worker consumes no shard-N queue (%s): no dispatcher", names)
-            return
-
-        def send_fetch(job_id: str, shard: int, token: str, entries: list[str]) -> None:
-            send(fetch, shard, job_id, shard, token, entries)
-
-        def send_failed(job_id: str, shard: int, token: str, entries: list[str]) -> None:
-            send_shared(store, job_id, shard, token, [failed_page(e, Reason.LEASE_EXPIRED).to_json() for e in entries])
-
-        def send_links(job_id: str, shard: int, token: str, links: list[Any]) -> None:
-            send(dedup, shard, job_id, token, links)
-
-        client = connect(redis_url())
-        check_version(client)
-        # Only a worker that heartbeats itself judges others' silence (``--without-heartbeat``
-        # workers cannot tell a dead shard from one whose workers are quiet like them).
-        beats = not (getattr(worker, "options", None) or {}).get("without_heartbeat", False)
-        takeover_after = Settings.from_env().takeover_after if beats else 0
-        self.dispatcher = Dispatcher(client, shards, send_fetch, send_failed, send_links,
-                                     takeover_after=takeover_after)
-        self.thread = threading.Thread(target=self.dispatcher.run, name="crawler-dispatcher", daemon=True)
-        self.thread.start()
-        log.info("dispatcher started for shards %s", shards)
-
-    def stop(self, worker: Any) -> None:
-        if self.dispatcher is not None:
-            self.dispatcher.stop()
-        if self.thread is not None:
-            self.thread.join(timeout=IDLE_WAIT + 1)
-
-    def shutdown(self, worker: Any) -> None:
-        self.stop(worker)

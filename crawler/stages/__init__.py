@@ -1,4 +1,4 @@
-"""The four stages as plain functions, one module each. Celery tasks (``crawler.tasks``) only
+"""The four stages as plain functions, one module each. Celery tasks (``crawler.celeryapp.tasks``) only
 decode messages (``crawler.messages``), call these and send what they return on; tests call
 these directly, with a ``Context`` built from whatever parts they need.
 

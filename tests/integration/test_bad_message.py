@@ -9,8 +9,9 @@ from pathlib import Path
 
 import redis
 
-from crawler import jobs, tasks
-from crawler.app import app
+from crawler import jobs
+from crawler.celeryapp import tasks
+from crawler.celeryapp.app import app
 from crawler.settings import Settings
 from crawler.testweb import TestWeb
 from tests.conftest import Workers, wait_done

@@ -4,7 +4,7 @@ import time
 
 import redis
 
-from crawler.beat import BeatLock
+from crawler.celeryapp.beat import BeatLock
 
 
 def test_one_beat_holds_the_lock_and_another_takes_over_when_it_expires(r: redis.Redis) -> None:

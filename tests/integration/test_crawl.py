@@ -188,7 +188,7 @@ def test_politeness_delay_per_host_and_hosts_in_parallel(make_web: Callable[...,
 
 def test_store_message_delivered_twice_leaves_one_row(make_web: Callable[..., TestWeb], workers: Workers,
                                                       r: redis.Redis, tmp_path: Path) -> None:
-    from crawler import tasks
+    from crawler.celeryapp import tasks
 
     web = make_web(1, 5)
     workers.start("w", "shard-0,shard-1,shard-2,shard-3")

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import redis
 
-from crawler import jobs, tasks
+from crawler import jobs
+from crawler.celeryapp import tasks
 from crawler.frontier import Entry
 from crawler.messages import failed_page
 from crawler.settings import Settings

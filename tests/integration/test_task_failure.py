@@ -8,7 +8,8 @@ from pathlib import Path
 
 import redis
 
-from crawler import jobs, tasks
+from crawler import jobs
+from crawler.celeryapp import tasks
 from crawler.settings import Settings
 from crawler.testweb import TestWeb
 from tests.conftest import Workers, wait_done

@@ -60,7 +60,7 @@ def _parse_celery(argv: list[str]) -> tuple[str, click.Context]:
     assert argv[0] == "celery", argv
     from celery.bin.base import CLIContext
 
-    from crawler.app import app
+    from crawler import app
 
     ctx = celery_cli.make_context("celery", argv[1:], obj=CLIContext(app=app, no_color=True, workdir=str(ROOT)))
     # click 8 keeps the subcommand apart from its arguments; click 9 will not.

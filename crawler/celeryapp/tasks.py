@@ -10,8 +10,9 @@ from typing import Any
 from celery import Task
 from redis import exceptions as redis_errors
 
-from crawler import jobs, liveshards, stages
-from crawler.app import app, redis_url
+from crawler import cycles, jobs, liveshards, stages
+from crawler.celeryapp.app import app
+from crawler.celeryapp.config import redis_url
 from crawler.frontier import keys
 from crawler.messages import groups_from_json, groups_to_json, pages_from_json, pages_to_json
 from crawler.redisconn import connect
@@ -161,8 +162,6 @@ def store(self: Task, job_id: str, shard: int, token: str, pages: list[dict[str,
 @app.task(name="crawler.cycle_tick", ignore_result=True)
 def cycle_tick() -> list[tuple[str, int]]:
     """Sent by the beat (``beat_schedule.py``): start the cycles that are due."""
-    from crawler import cycles
-
     ctx = context()
     ctx.redis.incr(keys.BEAT_TICKS)
     return cycles.tick(ctx.redis, ctx.store)

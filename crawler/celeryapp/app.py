@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import sys
-from typing import Any
-
 from celery import Celery
-from celery.signals import celeryd_after_setup
 
+from crawler.celeryapp import signals
+from crawler.celeryapp.config import environment, redis_url
 from crawler.redisconn import CONNECT_TIMEOUT, HEALTH_CHECK_INTERVAL, SOCKET_TIMEOUT
-from crawler.settings import SettingError, Settings
-from crawler.sharding import SHARED_QUEUE, shard_of_queue
-
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-
-
-def redis_url(settings: Settings | None = None) -> str:
-    return (settings or Settings.from_env()).redis_url or DEFAULT_REDIS_URL
+from crawler.settings import Settings
 
 
 def make_app(settings: Settings | None = None) -> Celery:
     settings = settings or Settings.from_env()
-    app = Celery("crawler", broker=redis_url(settings), include=["crawler.tasks"])
+    app = Celery("crawler", broker=redis_url(settings), include=["crawler.celeryapp.tasks"])
     app.conf.update(
         task_serializer="json",
         accept_content=["json"],
@@ -57,36 +48,12 @@ def make_app(settings: Settings | None = None) -> Celery:
         task_send_sent_event=False,
         worker_hijack_root_logger=False,
     )
+    # Named, not imported: the scheduler and the bootstep import the tasks, which need this app.
     # The schedule itself is the top-level beat_schedule.py, loaded by the scheduler.
-    app.conf.beat_scheduler = "crawler.beat:LockedScheduler"
-    from crawler.frontier.dispatcher import DispatcherStep
-
-    app.steps["worker"].add(DispatcherStep)
-    from crawler.nodes import install_signal_handlers
-
-    install_signal_handlers()
-    from crawler.lifeline import install_worker_hooks
-
-    install_worker_hooks()
-    celeryd_after_setup.connect(_consume_shared, weak=False)
+    app.conf.beat_scheduler = "crawler.celeryapp.beat:LockedScheduler"
+    app.steps["worker"].add("crawler.celeryapp.bootsteps:DispatcherStep")
+    signals.install()
     return app
 
 
-def _consume_shared(sender: object = None, instance: Any = None, **_: Any) -> None:
-    """A worker of any ``shard-N`` queue also takes parse and store work from the shared queue."""
-    queues = instance.app.amqp.queues
-    if any(shard_of_queue(name) is not None for name in queues.consume_from):
-        queues.select_add(SHARED_QUEUE)
-
-
-def _environment() -> Settings:
-    try:
-        return Settings.from_env()
-    except SettingError as exc:
-        # Read on import, by the ``crawler`` command and by ``celery -A crawler``: a wrong
-        # variable ends either with one line naming it, not a traceback or a silent default.
-        print(f"crawler: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
-app = make_app(_environment())
+app = make_app(environment())

@@ -19,6 +19,7 @@ from typing import Any
 from celery.beat import PersistentScheduler
 from redis import Redis, RedisError
 
+from crawler.celeryapp.config import redis_url
 from crawler.frontier import keys
 from crawler.redisconn import connect
 from crawler.settings import Settings
@@ -69,17 +70,17 @@ class BeatLock:
 
 
 class LockedScheduler(PersistentScheduler):
-    """``celery -A crawler beat`` uses this (``beat_scheduler`` in crawler.app)."""
+    """``celery -A crawler beat`` uses this (``beat_scheduler`` in crawler.celeryapp.app)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        from crawler.app import redis_url
-
         settings = Settings.from_env()
         self.lock = BeatLock(connect(redis_url(settings)), settings.beat_lock_ttl)
         super().__init__(*args, **kwargs)
 
     def setup_schedule(self) -> None:
-        from beat_schedule import beat_schedule  # the top-level module, installed with the package
+        # Lazy: the top-level module (installed with the package) reads the environment when
+        # imported, so it is read when a beat starts, not wherever this module is imported.
+        from beat_schedule import beat_schedule
 
         self.app.conf.beat_schedule = beat_schedule
         super().setup_schedule()

@@ -1,0 +1,74 @@
+"""The worker bootstep that runs the frontier's ``Dispatcher`` in each worker's main process.
+
+The dispatcher itself knows nothing of Celery: it takes three plain callables, which this step
+binds to the fetch, store and dedup tasks and to the queue of the shard each message is for.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from celery import bootsteps
+
+from crawler.celeryapp.config import redis_url
+from crawler.celeryapp.signals import shards_of
+from crawler.celeryapp.tasks import dedup, fetch, send, send_shared, store
+from crawler.errors import Reason
+from crawler.frontier.dispatcher import IDLE_WAIT, Dispatcher
+from crawler.messages import failed_page
+from crawler.redisconn import check_version, connect
+from crawler.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def send_fetch(job_id: str, shard: int, token: str, entries: list[str]) -> None:
+    send(fetch, shard, job_id, shard, token, entries)
+
+
+def send_failed(job_id: str, shard: int, token: str, entries: list[str]) -> None:
+    send_shared(store, job_id, shard, token, [failed_page(e, Reason.LEASE_EXPIRED).to_json() for e in entries])
+
+
+def send_links(job_id: str, shard: int, token: str, links: list[Any]) -> None:
+    send(dedup, shard, job_id, token, links)
+
+
+class DispatcherStep(bootsteps.StartStopStep):
+    """Starts a Dispatcher thread for the shard queues this worker consumes (``-Q shard-N``)."""
+
+    requires = {"celery.worker.components:Pool"}
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        super().__init__(worker, **kwargs)
+        self.dispatcher: Dispatcher | None = None
+        self.thread: threading.Thread | None = None
+
+    def start(self, worker: Any) -> None:
+        shards = shards_of(worker.app)
+        if not shards:
+            log.warning("worker consumes no shard-N queue (%s): no dispatcher",
+                        list(worker.app.amqp.queues.consume_from))
+            return
+        client = connect(redis_url())
+        check_version(client)
+        # Only a worker that heartbeats itself judges others' silence (``--without-heartbeat``
+        # workers cannot tell a dead shard from one whose workers are quiet like them).
+        beats = not (getattr(worker, "options", None) or {}).get("without_heartbeat", False)
+        takeover_after = Settings.from_env().takeover_after if beats else 0
+        self.dispatcher = Dispatcher(client, shards, send_fetch, send_failed, send_links,
+                                     takeover_after=takeover_after)
+        self.thread = threading.Thread(target=self.dispatcher.run, name="crawler-dispatcher", daemon=True)
+        self.thread.start()
+        log.info("dispatcher started for shards %s", shards)
+
+    def stop(self, worker: Any) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.stop()
+        if self.thread is not None:
+            self.thread.join(timeout=IDLE_WAIT + 1)
+
+    def shutdown(self, worker: Any) -> None:
+        self.stop(worker)

@@ -1,0 +1,82 @@
+"""Worker signal handlers: what a Celery worker does at its start, on each heartbeat and at its
+end, beyond running tasks. ``install`` connects them (``make_app`` calls it), so a worker has
+them before its heartbeat timer starts.
+
+- ``celeryd_after_setup``: a worker of any ``shard-N`` queue also consumes the shared queue.
+- ``heartbeat_sent`` / ``worker_shutdown``: each Celery heartbeat leaves the node's latest
+  figures in Redis (``crawler.nodes``); a warm shutdown marks the node gone.
+- ``worker_init``: a worker started with ``CRAWLER_PARENT_PID`` dies with that parent
+  (``crawler.lifeline``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+from celery.signals import celeryd_after_setup, heartbeat_sent, worker_init, worker_shutdown
+from redis import Redis
+
+from crawler.celeryapp.config import redis_url
+from crawler.lifeline import die_with_parent, parent_from_env, watch_parent
+from crawler.nodes import mark_offline, record_heartbeat
+from crawler.redisconn import connect
+from crawler.sharding import SHARED_QUEUE, shard_of_queue
+
+# One client per process: a prefork child must not share its parent's sockets.
+_clients: dict[int, Redis] = {}
+
+
+def _client() -> Redis:
+    c = _clients.get(os.getpid())
+    if c is None:
+        c = _clients[os.getpid()] = connect(redis_url())
+    return c
+
+
+def shards_of(app: Any) -> list[int]:
+    """The shards whose ``shard-N`` queues this worker consumes."""
+    names = list(app.amqp.queues.consume_from or ())
+    return sorted({s for s in (shard_of_queue(n) for n in names) if s is not None})
+
+
+def consume_shared(sender: object = None, instance: Any = None, **_: Any) -> None:
+    """A worker of any ``shard-N`` queue also takes parse and store work from the shared queue."""
+    queues = instance.app.amqp.queues
+    if any(shard_of_queue(name) is not None for name in queues.consume_from):
+        queues.select_add(SHARED_QUEUE)
+
+
+def on_heartbeat(sender: Any, **_: Any) -> None:
+    try:
+        record_heartbeat(_client(), sender.eventer.hostname, shards=shards_of(sender.eventer.app),
+                         interval=float(sender.interval))
+    except Exception:  # a status record must never disturb the heartbeat itself
+        pass
+
+
+def on_shutdown(sender: Any = None, **_: Any) -> None:
+    try:
+        if sender is not None and getattr(sender, "hostname", None):
+            mark_offline(_client(), sender.hostname)
+    except Exception:
+        pass
+
+
+def on_worker_init(**_: Any) -> None:
+    """In a worker started with ``CRAWLER_PARENT_PID``: die with that parent."""
+    parent = parent_from_env()
+    if parent:
+        # Armed, the kernel sends SIGTERM the moment the parent dies and the watch only
+        # enforces the grace period (a second SIGTERM would interrupt the warm shutdown).
+        armed = die_with_parent(signal.SIGTERM) and os.getppid() == parent
+        watch_parent(parent, shutdown=(lambda: None) if armed else None)
+
+
+def install() -> None:
+    """Connect every handler above (once per handler: Celery ignores a second connect)."""
+    heartbeat_sent.connect(on_heartbeat, weak=False)
+    worker_shutdown.connect(on_shutdown, weak=False)
+    worker_init.connect(on_worker_init, weak=False)
+    celeryd_after_setup.connect(consume_shared, weak=False)
