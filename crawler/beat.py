@@ -19,7 +19,7 @@ from typing import Any
 from celery.beat import PersistentScheduler
 from redis import Redis, RedisError
 
-from crawler.frontier import keys
+from crawler import keys
 from crawler.redisconn import connect
 from crawler.settings import Settings
 

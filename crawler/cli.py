@@ -231,8 +231,8 @@ def cmd_deadlinks(args: argparse.Namespace) -> int:
 
 
 def cmd_reset_seen(args: argparse.Namespace) -> int:
+    from crawler import keys
     from crawler.dedup.bloom import BloomSeen
-    from crawler.frontier import keys
 
     client = _client(args.redis_url)
     jobs.status(client, args.job)

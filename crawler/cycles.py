@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 from redis import Redis
 
-from crawler import jobs
+from crawler import jobs, keys
 from crawler.dedup import admit_links, bloom_for
 from crawler.dedup.neardup import NearDuplicates
-from crawler.frontier import Entry, Frontier, keys, lua
+from crawler.frontier import Entry, Frontier, lua
 from crawler.jobs import Job
 from crawler.schedule import next_cycle
 from crawler.store import Store

@@ -11,8 +11,9 @@ from typing import Any
 
 from redis import Redis
 
+from crawler import keys
 from crawler.errors import BadURL, shown
-from crawler.frontier import Entry, Frontier, keys, lua
+from crawler.frontier import Entry, Frontier, lua
 from crawler.lru import LRU
 from crawler.redact import redact_settings_json, strip_password
 from crawler.settings import Settings, process_limit

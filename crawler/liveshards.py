@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from redis import Redis
 
-from crawler.frontier import keys
+from crawler import keys
 from crawler.sharding import standby
 
 # KEYS[1]: the record. ARGV: expected epoch, new down map (JSON), now, threshold. Returns 1 if

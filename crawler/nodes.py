@@ -13,7 +13,7 @@ from typing import Any
 
 from redis import Redis
 
-from crawler.frontier import keys
+from crawler import keys
 
 GONE_AFTER = 30  # heartbeats missed before a silent node counts as gone
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from redis import Redis
 
-from crawler import errors, jobs, schedule, storeretry
+from crawler import errors, jobs, keys, schedule, storeretry
 from crawler.dedup import BloomSeen, SeenCache, admit_links, bloom_for
 from crawler.dedup.neardup import NearDuplicates
 from crawler.dedup.simhash import simhash
@@ -27,7 +27,7 @@ from crawler.errors import BadURL
 from crawler.fetch import FetchConfig, Fetcher
 from crawler.fetch.client import runtime
 from crawler.fetch.robots import RobotsPolicy, origin_of
-from crawler.frontier import Entry, Fetched, Frontier, keys
+from crawler.frontier import Entry, Fetched, Frontier
 from crawler.frontier.ratecontrol import backoff, parse_retry_after
 from crawler.jobs import Job
 from crawler.lru import LRU

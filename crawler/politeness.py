@@ -13,7 +13,7 @@ from typing import Any
 
 from redis import Redis
 
-from crawler import errors
+from crawler import errors, keys
 from crawler.fetch.client import FetchConfig, Fetcher, FetchResult, HopCheck
 from crawler.fetch.robots import (
     ROBOTS_MAX_BYTES,
@@ -25,7 +25,6 @@ from crawler.fetch.robots import (
     policy_from_fetch,
     robots_scope,
 )
-from crawler.frontier import keys
 from crawler.frontier.ratecontrol import next_delay, parse_retry_after
 from crawler.jobs import Job
 from crawler.settings import Settings

@@ -28,8 +28,7 @@ from dataclasses import dataclass
 
 from redis import Redis
 
-from crawler import jobs, liveshards
-from crawler.frontier import keys
+from crawler import jobs, keys, liveshards
 from crawler.liveshards import LiveSet
 from crawler.sharding import queue_name, shard_of_host, standby
 

@@ -23,10 +23,10 @@ from typing import Any
 
 from redis import Redis
 
-from crawler import jobs, pipeline
+from crawler import jobs, keys, pipeline
 from crawler.dedup import bloom_for
 from crawler.dedup.neardup import NearDuplicates
-from crawler.frontier import keys, lua
+from crawler.frontier import lua
 from crawler.jobs import Job
 from crawler.redact import strip_password
 from crawler.settings import Settings

@@ -20,8 +20,7 @@ from typing import Any
 
 from redis import Redis
 
-from crawler import liveshards
-from crawler.frontier import keys
+from crawler import keys, liveshards
 from crawler.liveshards import LiveSet
 
 ALIVE_BELOW = 2  # heartbeats missed: the same line as ``crawler.nodes.state`` draws

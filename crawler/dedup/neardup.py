@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 from redis import Redis
 
+from crawler import keys
 from crawler.dedup.simhash import bands
-from crawler.frontier import keys
 
 # ARGV: prefix, max distance, band count, then (hi, lo, url, band values...) per page.
 # Returns, per page, the URL it nearly duplicates, or ''.

@@ -16,8 +16,8 @@ from typing import Any
 
 from redis import Redis
 
-from crawler import liveshards
-from crawler.frontier import keys, lua
+from crawler import keys, liveshards
+from crawler.frontier import lua
 from crawler.frontier.entry import Entry
 from crawler.sharding import shard_of_url
 from crawler.urls import host_key

@@ -17,8 +17,7 @@ from typing import Any
 import redis
 from celery import bootsteps
 
-from crawler import jobs, liveshards, takeover
-from crawler.frontier import keys
+from crawler import jobs, keys, liveshards, takeover
 from crawler.frontier.core import Frontier
 from crawler.liveshards import LiveSet
 from crawler.rebalance import rebalance_if_changed

@@ -7,8 +7,8 @@ import time
 
 import redis
 
-from crawler import jobs
-from crawler.frontier import Entry, Fetched, Frontier, keys
+from crawler import jobs, keys
+from crawler.frontier import Entry, Fetched, Frontier
 from crawler.settings import Settings
 
 JOB = "job-t"

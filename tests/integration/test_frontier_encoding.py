@@ -9,9 +9,9 @@ import time
 
 import redis
 
-from crawler import jobs
+from crawler import jobs, keys
 from crawler.errors import BadURL
-from crawler.frontier import Entry, Fetched, Frontier, keys
+from crawler.frontier import Entry, Fetched, Frontier
 from crawler.urls import canonicalize, host_key
 
 JOB = "job-enc"

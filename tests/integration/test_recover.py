@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler import jobs, pipeline
+from crawler import jobs, keys, pipeline
 from crawler.cli import main
-from crawler.frontier import Entry, keys
+from crawler.frontier import Entry
 from crawler.recover import RecoverError, recover
 from crawler.settings import Settings
 from crawler.store import JobDefinition, PageRecord, open_store

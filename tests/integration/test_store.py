@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler import jobs, pipeline
-from crawler.frontier import Entry, Fetched, keys
+from crawler import jobs, keys, pipeline
+from crawler.frontier import Entry, Fetched
 from crawler.settings import Settings
 from crawler.store import StoreUnavailable, StoreURLError, open_store
 from crawler.store.base import PageRecord

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler import cli, jobs, liveshards, takeover
-from crawler.frontier import Entry, Frontier, keys
+from crawler import cli, jobs, keys, liveshards, takeover
+from crawler.frontier import Entry, Frontier
 from crawler.nodes import record_heartbeat
 from crawler.rebalance import GRACE, rebalance_if_changed
 from crawler.settings import Settings
