@@ -299,7 +299,7 @@ def cmd_cycles(args: argparse.Namespace) -> int:
 
 
 def cmd_shards(args: argparse.Namespace) -> int:
-    from crawler.rebalance import set_shards
+    from crawler.jobs import set_shards
 
     count = int(parse_text("shards", args.count, "N"))
     client = _client(args.redis_url)
@@ -317,7 +317,8 @@ def cmd_shards(args: argparse.Namespace) -> int:
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
-    from crawler import liveshards, nodes, takeover
+    from crawler import nodes, takeover
+    from crawler.frontier import liveshards
 
     client = _client(args.redis_url)
     rows = nodes.nodes(client)

@@ -18,7 +18,7 @@ from redis import Redis
 from crawler import jobs, keys
 from crawler.dedup import admit_links, bloom_for
 from crawler.dedup.neardup import NearDuplicates
-from crawler.frontier import Entry, Frontier, lua
+from crawler.frontier import Entry, Frontier
 from crawler.jobs import Job
 from crawler.schedule import next_cycle
 from crawler.store import Store
@@ -60,16 +60,16 @@ def start_cycle(redis: Redis, job_id: str, open_store: OpenStore, now: float) ->
     job = jobs.load(redis, job_id, max_age=0)
     s = job.settings
     following = next_cycle(s.every, s.cron, float(due or now), now)
-    claim = redis.register_script(lua.CLAIM_CYCLE)
-    got = claim(args=[keys.prefix(job_id), job_id, now, following, STALE_START])
-    if not got:
+    frontier = Frontier(redis)
+    got = frontier.claim_cycle(job_id, now, following, STALE_START)
+    if got is None:
         return 0
-    cycle = int(got[0])
+    cycle, _fresh = got
     if redis.hget(keys.meta(job_id), "start_stage") == b"claimed":
         _forget_seen(redis, job)
         redis.hset(keys.meta(job_id), "start_stage", "reset")
     queued, skipped = _queue_revisits(redis, job, open_store(s.store), now)
-    redis.register_script(lua.RUN_CYCLE)(args=[keys.prefix(job_id), job_id, time.time(), s.shards])
+    frontier.run_cycle(job_id, s.shards)
     jobs.count_cycle(redis, job_id, cycle, queued=queued, not_due=skipped)
     log.info("job %s: cycle %d started, %d URLs queued, %d pages not due", job_id, cycle, queued, skipped)
     return cycle
@@ -77,7 +77,7 @@ def start_cycle(redis: Redis, job_id: str, open_store: OpenStore, now: float) ->
 
 def _forget_seen(redis: Redis, job: Job) -> None:
     """A fresh seen-set, near-duplicate index and per-cycle budgets for the new cycle."""
-    redis.delete(keys.seen(job.id), keys.prefix(job.id) + "hostn")
+    Frontier(redis).reset_seen(job.id)
     NearDuplicates(redis).reset(job.id)
     bloom_for(redis, job.id, job.settings).reset()
     redis.hset(keys.counters(job.id), "admitted", 0)
@@ -101,7 +101,7 @@ def _queue_revisits(redis: Redis, job: Job, store: Store, now: float) -> tuple[i
             if bloom is not None:
                 bloom.add_many(not_due)
             else:
-                redis.hset(keys.seen(job.id), mapping=dict.fromkeys(not_due, "s"))
+                frontier.mark_seen(job.id, dict.fromkeys(not_due, "s"))
             skipped += len(not_due)
             not_due.clear()
         if due:

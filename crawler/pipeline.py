@@ -129,7 +129,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     s = job.settings
     ctx.check_places(job)
     entries = [Entry.decode(e) for e in raw_entries]
-    held = ctx.frontier.begin(job.id, [(e.url, token) for e in entries], s.lease_timeout)
+    held = ctx.frontier.confirm(job.id, [(e.url, token) for e in entries], s.lease_timeout)
     todo = [e for e, ok in zip(entries, held, strict=True) if ok]
     if len(todo) < len(entries):
         jobs.count(ctx.redis, job.id, stale_leases=len(entries) - len(todo))
@@ -195,8 +195,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
         })
         not_modified += r.status == 304
     delays = ctx.politeness.delay_updates(job, results, policies)
-    if delays:
-        pipe.hset(keys.prefix(job.id) + "delay", mapping=delays)  # type: ignore[arg-type]
+    ctx.frontier.set_host_delays(job.id, delays, pipe)
     jobs.count(pipe, job.id, fetched=len(pages), failed=failed, bytes=nbytes, not_modified=not_modified,
                fetch_tasks=1)
     jobs.count_cycle(pipe, job.id, cycle, fetched=len(pages), bytes=nbytes, not_modified=not_modified)

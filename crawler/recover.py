@@ -26,7 +26,7 @@ from redis import Redis
 from crawler import jobs, keys, pipeline
 from crawler.dedup import bloom_for
 from crawler.dedup.neardup import NearDuplicates
-from crawler.frontier import lua
+from crawler.frontier import Frontier
 from crawler.jobs import Job
 from crawler.redact import strip_password
 from crawler.settings import Settings
@@ -79,7 +79,7 @@ def _chunks(items: list[Any]) -> Iterable[list[Any]]:
 def _clear(redis: Redis, job_id: str) -> int:
     """Delete what workers wrote for the job since Redis came back empty (Bloom bits, link
     batches, counters of tasks that were in flight): the rebuild starts from nothing."""
-    doomed = list(redis.scan_iter(keys.prefix(job_id) + "*", count=1000))
+    doomed = list(redis.scan_iter(keys.job_pattern(job_id), count=1000))
     for chunk in _chunks(doomed):
         redis.delete(*chunk)
     return len(doomed)
@@ -163,7 +163,7 @@ def recover(redis: Redis, store: Store, job_id: str, now: float | None = None,
         queued += len(pipeline.dedup_stage(ctx, job, "", chunk))
 
     # starting -> running: the shards are woken, and a job with nothing left is done at once.
-    redis.register_script(lua.RUN_CYCLE)(args=[keys.prefix(job_id), job_id, time.time(), s.shards])
+    Frontier(redis).run_cycle(job_id, s.shards)
     if s.periodic:
         redis.sadd(keys.PERIODIC, job_id)
     jobs.forget(job_id)
@@ -203,10 +203,7 @@ def _restart_counters(redis: Redis, job: Job, rows: list[_Row], current: list[_R
         per_host: dict[str, int] = {}
         for r in current:
             per_host[host_key(r.url)] = per_host.get(host_key(r.url), 0) + 1
-        pipe = redis.pipeline(transaction=False)
-        for host, n in per_host.items():
-            pipe.hincrby(keys.prefix(job.id) + "hostn", host, n)
-        pipe.execute()
+        Frontier(redis).add_host_admitted(job.id, per_host)
 
 
 def _mark_seen(redis: Redis, job: Job, current: list[_Row], not_due: list[str]) -> None:
@@ -220,8 +217,9 @@ def _mark_seen(redis: Redis, job: Job, current: list[_Row], not_due: list[str]) 
     # shorter path under max_depth), ``s`` skipped as not due this cycle.
     marks = {url: "s" for url in not_due} | {r.url: f"x{r.depth}" for r in current}
     items = list(marks.items())
+    frontier = Frontier(redis)
     for chunk in _chunks(items):
-        redis.hset(keys.seen(job.id), mapping=dict(chunk))
+        frontier.mark_seen(job.id, dict(chunk))
 
 
 def _index_near_duplicates(redis: Redis, job: Job, current: list[_Row]) -> None:

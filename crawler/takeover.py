@@ -1,7 +1,7 @@
 """Dead-shard takeover (the DHT design's backups): when every worker that ever served shard k has
-been silent for ``takeover_after`` heartbeats, k is marked down in ``crawler.liveshards`` and its
+been silent for ``takeover_after`` heartbeats, k is marked down in ``crawler.frontier.liveshards`` and its
 hosts are served by their runner-up shards; when a worker of k is alive again, k is live again
-and its hosts move back (``crawler.rebalance`` moves them either way).
+and its hosts move back (``crawler.frontier.rebalance`` moves them either way).
 
 Evidence is Celery's own heartbeats as ``crawler.nodes`` records them. Only silence after a
 heartbeat counts: a shard no worker ever heartbeated for is not taken over, since a worker that
@@ -20,8 +20,9 @@ from typing import Any
 
 from redis import Redis
 
-from crawler import keys, liveshards
-from crawler.liveshards import LiveSet
+from crawler import keys
+from crawler.frontier import liveshards
+from crawler.frontier.liveshards import LiveSet
 
 ALIVE_BELOW = 2  # heartbeats missed: the same line as ``crawler.nodes.state`` draws
 

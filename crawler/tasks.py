@@ -10,8 +10,9 @@ from typing import Any
 from celery import Task
 from redis import exceptions as redis_errors
 
-from crawler import jobs, keys, liveshards, pipeline
+from crawler import jobs, keys, pipeline
 from crawler.app import app, redis_url
+from crawler.frontier import liveshards
 from crawler.redisconn import connect
 from crawler.settings import Settings
 from crawler.sharding import SHARED_QUEUE, queue_name

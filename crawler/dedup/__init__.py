@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 from redis import Redis
 
-from crawler import jobs
 from crawler.dedup.bloom import BloomSeen
 from crawler.dedup.cache import SeenCache
 from crawler.frontier import Entry, Frontier
@@ -75,7 +74,7 @@ def _admit(redis: Redis, frontier: Frontier, job_id: str, settings: Settings, en
     else:
         queued = frontier.admit(job_id, entries, settings.shards, token=token, part=part, last=last, **budget)
         duplicates = hits  # the admit script counts the exact set's own duplicates
-    jobs.count(redis, job_id, duplicates=duplicates)
+    frontier.count(job_id, duplicates=duplicates)
     if cache is not None:
         for e in entries:
             cache.add(f"{space} {e.url}")

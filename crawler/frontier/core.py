@@ -16,8 +16,8 @@ from typing import Any
 
 from redis import Redis
 
-from crawler import keys, liveshards
-from crawler.frontier import lua
+from crawler import keys
+from crawler.frontier import liveshards, lua
 from crawler.frontier.entry import Entry
 from crawler.sharding import shard_of_url
 from crawler.urls import host_key
@@ -53,6 +53,14 @@ class Fetched:
 
 
 @dataclass(frozen=True)
+class HostStats:
+    host: str
+    delay: float | None  # its own delay, if it has one (else the job's applies)
+    inflight: int
+    queued: int
+
+
+@dataclass(frozen=True)
 class Reaped:
     returned: int
     token: str
@@ -72,12 +80,16 @@ class Frontier:
         self.redis = redis
         self._admit = redis.register_script(lua.ADMIT)
         self._dispatch = redis.register_script(lua.DISPATCH)
-        self._begin = redis.register_script(lua.BEGIN)
+        self._confirm = redis.register_script(lua.CONFIRM)
         self._renew = redis.register_script(lua.RENEW)
         self._fetched = redis.register_script(lua.FETCHED)
         self._release = redis.register_script(lua.RELEASE)
         self._reap = redis.register_script(lua.REAP)
         self._promote = redis.register_script(lua.PROMOTE)
+        self._pause = redis.register_script(lua.PAUSE)
+        self._resume = redis.register_script(lua.RESUME)
+        self._claim_cycle = redis.register_script(lua.CLAIM_CYCLE)
+        self._run_cycle = redis.register_script(lua.RUN_CYCLE)
 
     def admit(self, job: str, entries: Sequence[Entry], shards: int, *, token: str = "",
               budget: int = 0, max_depth: int = 0, host_budget: int = 0, trusted: bool = False,
@@ -103,7 +115,7 @@ class Frontier:
 
     def pending(self, job: str, token: str) -> bool:
         """Whether link batch ``token`` is registered and not yet wholly admitted."""
-        return self.redis.zscore(keys.prefix(job) + "pend", token) is not None
+        return self.redis.zscore(keys.pending_links(job), token) is not None
 
     def expect(self, job: str, batches: Mapping[str, Any] | Sequence[str], lease_timeout: float = 60.0) -> None:
         """Register link batches on their way to dedup, so the job is not done before them.
@@ -112,12 +124,11 @@ class Frontier:
         the dispatcher after ``lease_timeout`` (``overdue_links``)."""
         if not batches:
             return
-        p = keys.prefix(job)
         deadline = time.time() + lease_timeout
         pipe = self.redis.pipeline(transaction=False)
-        pipe.zadd(p + "pend", dict.fromkeys(batches, deadline))
+        pipe.zadd(keys.pending_links(job), dict.fromkeys(batches, deadline))
         if isinstance(batches, Mapping):
-            pipe.hset(p + "pendb", mapping={t: json.dumps(links) for t, links in batches.items()})
+            pipe.hset(keys.pending_link_bodies(job), mapping={t: json.dumps(links) for t, links in batches.items()})
         pipe.execute()
 
     def overdue_links(self, job: str, lease_timeout: float, now: float | None = None,
@@ -125,12 +136,12 @@ class Frontier:
         """Link batches registered and still not admitted after their deadline: (token, links)
         to send to dedup again (admission is once per token, so a late original is harmless)."""
         now = time.time() if now is None else now
-        p = keys.prefix(job)
-        tokens = [t.decode() for t in self.redis.zrangebyscore(p + "pend", "-inf", now, start=0, num=limit)]
+        pend = keys.pending_links(job)
+        tokens = [t.decode() for t in self.redis.zrangebyscore(pend, "-inf", now, start=0, num=limit)]
         if not tokens:
             return []
-        self.redis.zadd(p + "pend", dict.fromkeys(tokens, now + lease_timeout), xx=True)
-        raw = self.redis.hmget(p + "pendb", tokens)
+        self.redis.zadd(pend, dict.fromkeys(tokens, now + lease_timeout), xx=True)
+        raw = self.redis.hmget(keys.pending_link_bodies(job), tokens)
         return [(t, json.loads(r)) for t, r in zip(tokens, raw, strict=True) if r is not None]
 
     def dispatch(self, job: str, shard: int, *, max_urls: int, per_host: int, delay: float,
@@ -148,12 +159,13 @@ class Frontier:
         return Dispatched(token, items, due if due is not None and due < lua.PARKED else None, int(slots) == 0,
                           batch)
 
-    def begin(self, job: str, leases: Sequence[Lease], lease_timeout: float) -> list[bool]:
-        """Which of these leases the caller still holds (a redelivered batch whose leases expired
-        and went to someone else must not fetch them again); renews those it holds."""
+    def confirm(self, job: str, leases: Sequence[Lease], lease_timeout: float) -> list[bool]:
+        """Before fetching: which of these leases the caller still holds (a redelivered batch
+        whose leases expired and went to someone else must not fetch them again); renews those
+        it holds for ``lease_timeout``."""
         if not leases:
             return []
-        res = self._begin(args=[keys.prefix(job), job, time.time() + lease_timeout, *_flat(leases)])
+        res = self._confirm(args=[keys.prefix(job), job, time.time() + lease_timeout, *_flat(leases)])
         return [bool(r) for r in res]
 
     def renew(self, job: str, leases: Sequence[Lease], lease_timeout: float, *, extra: float = 0.0) -> int:
@@ -201,3 +213,83 @@ class Frontier:
     def queued(self, job: str, shard: int) -> int:
         """Hosts waiting in a shard's ready set (for status and tests)."""
         return int(self.redis.zcard(keys.ready(job, shard)))
+
+    # -- what other modules need of the frontier's records --------------------------------
+
+    def active_jobs(self) -> list[str]:
+        """Jobs that may have work to dispatch (the admit and done scripts keep the set)."""
+        return sorted(m.decode() for m in self.redis.smembers(keys.JOBS))
+
+    def count(self, job: str, **deltas: int) -> None:
+        """Add to the job's counters, beside those the scripts keep."""
+        pipe = self.redis.pipeline(transaction=False)
+        for name, delta in deltas.items():
+            if delta:
+                pipe.hincrby(keys.counters(job), name, delta)
+        pipe.execute()
+
+    def host_stats(self, job: str) -> list[HostStats]:
+        """Every host the job has a delay of its own for, requests in flight to, or a queue for,
+        by name."""
+        delays = {k.decode(): float(v) for k, v in self.redis.hgetall(keys.host_delays(job)).items()}
+        inflight = {k.decode(): int(v) for k, v in self.redis.hgetall(keys.host_inflight(job)).items()}
+        cut = len(keys.host_queue(job, ""))
+        queued = {k.decode()[cut:] for k in self.redis.scan_iter(keys.host_queue_pattern(job))}
+        names = sorted(set(delays) | set(inflight) | queued)
+        pipe = self.redis.pipeline(transaction=False)
+        for h in names:
+            pipe.llen(keys.host_queue(job, h))
+        return [HostStats(h, delays.get(h), inflight.get(h, 0), q)
+                for h, q in zip(names, pipe.execute(), strict=True)]
+
+    def host_delays(self, job: str, hosts: Sequence[str]) -> list[float | None]:
+        """The hosts' own delays (None: the job's applies)."""
+        if not hosts:
+            return []
+        return [None if raw is None else float(raw) for raw in self.redis.hmget(keys.host_delays(job), list(hosts))]
+
+    def set_host_delays(self, job: str, delays: Mapping[str, float], pipe: Any = None) -> None:
+        """Give hosts delays of their own (adaptive politeness); dispatch applies them.
+        ``pipe``: a pipeline to add the write to, executed by the caller."""
+        if delays:
+            (pipe or self.redis).hset(keys.host_delays(job), mapping=dict(delays))
+
+    def add_host_admitted(self, job: str, per_host: Mapping[str, int]) -> None:
+        """Count URLs as admitted for their hosts' page budgets (a rebuilt job's stored pages)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for host, n in per_host.items():
+            pipe.hincrby(keys.host_admitted(job), host, n)
+        pipe.execute()
+
+    def mark_seen(self, job: str, marks: Mapping[str, str]) -> None:
+        """Set URLs' marks in the exact seen set: ``x<depth>`` stored, ``s`` skipped this cycle
+        (see ``lua``)."""
+        if marks:
+            self.redis.hset(keys.seen(job), mapping=dict(marks))
+
+    def reset_seen(self, job: str) -> None:
+        """Forget which URLs the job has seen and how many each host had admitted (a periodic
+        job's new cycle)."""
+        self.redis.delete(keys.seen(job), keys.host_admitted(job))
+
+    def pause(self, job: str) -> str:
+        """Running or waiting -> paused. Returns the status the job had ('' if none)."""
+        was = self._pause(args=[keys.prefix(job), job, time.time()])
+        return was.decode() if was else ""
+
+    def resume(self, job: str, shards: int) -> str:
+        """Paused -> what it was, its ``shards`` woken. Returns the status the job had."""
+        was = self._resume(args=[keys.prefix(job), job, time.time(), shards])
+        return was.decode() if was else ""
+
+    def claim_cycle(self, job: str, now: float, following: float, stale: float) -> tuple[int, bool] | None:
+        """Start the periodic job's next cycle if it is due, once however many callers race:
+        (cycle, True) to the winner, (cycle, False) for a start that crashed and is older than
+        ``stale`` seconds, None otherwise. ``following``: when the cycle after it is due."""
+        got = self._claim_cycle(args=[keys.prefix(job), job, now, following, stale])
+        return (int(got[0]), bool(int(got[1]))) if got else None
+
+    def run_cycle(self, job: str, shards: int) -> bool:
+        """A starting cycle's work is queued: the job runs, its shards woken (done at once if
+        nothing is open). False if the job was not starting."""
+        return bool(self._run_cycle(args=[keys.prefix(job), job, time.time(), shards]))

@@ -302,7 +302,7 @@ return {out, nxt, slots}
 
 # ARGV: prefix, job, lease_deadline, then (url, token) pairs. Returns 1/0 per pair: whether
 # this holder still owns the lease and should fetch.
-BEGIN = _HELPERS + """
+CONFIRM = _HELPERS + """
 local res = {}
 for i = 4, #ARGV, 2 do
   local l = redis.call('HGET', P .. 'lease', ARGV[i])

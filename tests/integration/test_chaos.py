@@ -15,7 +15,7 @@ import redis
 
 from crawler import jobs, keys
 from crawler.cli import main
-from crawler.rebalance import set_shards
+from crawler.jobs import set_shards
 from crawler.redis_server import RedisServer
 from crawler.redisconn import connect
 from crawler.settings import Settings
