@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis import Redis
+from redis.commands.core import Script
 
 from crawler import keys
 from crawler.frontier import liveshards, lua
@@ -91,6 +92,11 @@ class Frontier:
         self._claim_cycle = redis.register_script(lua.CLAIM_CYCLE)
         self._run_cycle = redis.register_script(lua.RUN_CYCLE)
 
+    def _call(self, script: Script, job: str, *args: str | int | float, client: Any = None) -> Any:
+        """Run a frontier script for ``job``: KEYS ``lua.job_keys``, ARGV the key prefix, the job
+        and ``args`` (see ``lua``)."""
+        return script(keys=lua.job_keys(job), args=[keys.prefix(job), job, *args], client=client or self.redis)
+
     def admit(self, job: str, entries: Sequence[Entry], shards: int, *, token: str = "",
               budget: int = 0, max_depth: int = 0, host_budget: int = 0, trusted: bool = False,
               now: float | None = None, part: int | None = None, last: bool = True) -> list[str]:
@@ -105,13 +111,13 @@ class Frontier:
         composition each time it is delivered; each is admitted once, and the ``last`` one,
         called after all the others, ends the batch.
         """
-        args: list[str | int | float] = [keys.prefix(job), job, token, now or time.time(), budget, max_depth,
-                                         host_budget, int(trusted), "" if part is None else part, int(last)]
+        args: list[str | int | float] = [token, now or time.time(), budget, max_depth, host_budget, int(trusted),
+                                         "" if part is None else part, int(last)]
         # Hosts of a shard that is down queue on its backup (a stale view is swept: rebalance).
         down = liveshards.down(self.redis, shards)
         for e in entries:
             args += [e.url, host_key(e.url), shard_of_url(e.url, shards, down), e.encode()]
-        return [u.decode() for u in self._admit(args=args)]
+        return [u.decode() for u in self._call(self._admit, job, *args)]
 
     def pending(self, job: str, token: str) -> bool:
         """Whether link batch ``token`` is registered and not yet wholly admitted."""
@@ -152,8 +158,8 @@ class Frontier:
         lease nothing until this many slots are free."""
         now = time.time() if now is None else now
         token = new_token()
-        flat, nxt, slots = self._dispatch(args=[keys.prefix(job), job, shard, now, max_urls, per_host, delay,
-                                                now + lease_timeout, token, concurrency, per_ip, batch, min_free])
+        flat, nxt, slots = self._call(self._dispatch, job, shard, now, max_urls, per_host, delay,
+                                      now + lease_timeout, token, concurrency, per_ip, batch, min_free)
         items = [(Entry.decode(flat[i]), flat[i + 1].decode()) for i in range(0, len(flat), 2)]
         due = float(nxt) if nxt else None
         return Dispatched(token, items, due if due is not None and due < lua.PARKED else None, int(slots) == 0,
@@ -165,7 +171,7 @@ class Frontier:
         it holds for ``lease_timeout``."""
         if not leases:
             return []
-        res = self._confirm(args=[keys.prefix(job), job, time.time() + lease_timeout, *_flat(leases)])
+        res = self._call(self._confirm, job, time.time() + lease_timeout, *_flat(leases))
         return [bool(r) for r in res]
 
     def renew(self, job: str, leases: Sequence[Lease], lease_timeout: float, *, extra: float = 0.0) -> int:
@@ -175,7 +181,7 @@ class Frontier:
         if not leases:
             return 0
         deadline = time.time() + lease_timeout + extra
-        return int(self._renew(args=[keys.prefix(job), job, deadline, *_flat(leases)]))
+        return int(self._call(self._renew, job, deadline, *_flat(leases)))
 
     def fetched(self, job: str, done: Sequence[Fetched], *, lease_timeout: float, delay: float,
                 pipe: object | None = None) -> None:
@@ -185,14 +191,13 @@ class Frontier:
         if done:
             now = time.time()
             flat = [part for f in done for part in (f.url, f.token, f.retry_at, f.ip)]
-            self._fetched(args=[keys.prefix(job), job, now, now + lease_timeout, delay, *flat],
-                          client=pipe or self.redis)
+            self._call(self._fetched, job, now, now + lease_timeout, delay, *flat, client=pipe)
 
     def release(self, job: str, leases: Sequence[Lease], *, delay: float, max_depth: int = 0) -> int:
         """The pages are stored: end their leases. Returns how many this call ended."""
         if not leases:
             return 0
-        return int(self._release(args=[keys.prefix(job), job, time.time(), delay, max_depth, *_flat(leases)]))
+        return int(self._call(self._release, job, time.time(), delay, max_depth, *_flat(leases)))
 
     def reap(self, job: str, *, delay: float, max_attempts: int, now: float | None = None,
              limit: int = 1000) -> Reaped:
@@ -200,14 +205,14 @@ class Frontier:
         those out of attempts are re-leased under ``Reaped.token`` for the caller to store as
         failed (``lease_expired``)."""
         token = new_token()
-        back, gone = self._reap(args=[keys.prefix(job), job, now or time.time(), delay, limit, max_attempts, token])
+        back, gone = self._call(self._reap, job, now or time.time(), delay, limit, max_attempts, token)
         abandoned = [(Entry.decode(gone[i]), int(gone[i + 1])) for i in range(0, len(gone), 2)]
         return Reaped(int(back), token, abandoned)
 
     def promote(self, job: str, *, now: float | None = None, limit: int = 1000) -> float | None:
         """Move retries whose backoff is over back to their host queues; return when the next
         one is due, if any."""
-        _moved, nxt = self._promote(args=[keys.prefix(job), job, now or time.time(), limit])
+        _moved, nxt = self._call(self._promote, job, now or time.time(), limit)
         return float(nxt) if nxt else None
 
     def queued(self, job: str, shard: int) -> int:
@@ -274,22 +279,22 @@ class Frontier:
 
     def pause(self, job: str) -> str:
         """Running or waiting -> paused. Returns the status the job had ('' if none)."""
-        was = self._pause(args=[keys.prefix(job), job, time.time()])
+        was = self._call(self._pause, job, time.time())
         return was.decode() if was else ""
 
     def resume(self, job: str, shards: int) -> str:
         """Paused -> what it was, its ``shards`` woken. Returns the status the job had."""
-        was = self._resume(args=[keys.prefix(job), job, time.time(), shards])
+        was = self._call(self._resume, job, time.time(), shards)
         return was.decode() if was else ""
 
     def claim_cycle(self, job: str, now: float, following: float, stale: float) -> tuple[int, bool] | None:
         """Start the periodic job's next cycle if it is due, once however many callers race:
         (cycle, True) to the winner, (cycle, False) for a start that crashed and is older than
         ``stale`` seconds, None otherwise. ``following``: when the cycle after it is due."""
-        got = self._claim_cycle(args=[keys.prefix(job), job, now, following, stale])
+        got = self._call(self._claim_cycle, job, now, following, stale)
         return (int(got[0]), bool(int(got[1]))) if got else None
 
     def run_cycle(self, job: str, shards: int) -> bool:
         """A starting cycle's work is queued: the job runs, its shards woken (done at once if
         nothing is open). False if the job was not starting."""
-        return bool(self._run_cycle(args=[keys.prefix(job), job, time.time(), shards]))
+        return bool(self._call(self._run_cycle, job, time.time(), shards))
