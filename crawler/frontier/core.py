@@ -16,6 +16,7 @@ from typing import Any
 
 from redis import Redis
 from redis.commands.core import Script
+from redis.typing import EncodableT, FieldT
 
 from crawler import keys
 from crawler.frontier import liveshards, lua
@@ -70,6 +71,10 @@ class Reaped:
 
 def new_token() -> str:
     return uuid.uuid4().hex[:16]
+
+
+def _str(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
 
 
 def _flat(leases: Iterable[Lease]) -> list[str]:
@@ -223,7 +228,7 @@ class Frontier:
 
     def active_jobs(self) -> list[str]:
         """Jobs that may have work to dispatch (the admit and done scripts keep the set)."""
-        return sorted(m.decode() for m in self.redis.smembers(keys.JOBS))
+        return sorted(_str(m) for m in self.redis.smembers(keys.JOBS))
 
     def count(self, job: str, **deltas: int) -> None:
         """Add to the job's counters, beside those the scripts keep."""
@@ -236,10 +241,10 @@ class Frontier:
     def host_stats(self, job: str) -> list[HostStats]:
         """Every host the job has a delay of its own for, requests in flight to, or a queue for,
         by name."""
-        delays = {k.decode(): float(v) for k, v in self.redis.hgetall(keys.host_delays(job)).items()}
-        inflight = {k.decode(): int(v) for k, v in self.redis.hgetall(keys.host_inflight(job)).items()}
+        delays = {_str(k): float(v) for k, v in self.redis.hgetall(keys.host_delays(job)).items()}
+        inflight = {_str(k): int(v) for k, v in self.redis.hgetall(keys.host_inflight(job)).items()}
         cut = len(keys.host_queue(job, ""))
-        queued = {k.decode()[cut:] for k in self.redis.scan_iter(keys.host_queue_pattern(job))}
+        queued = {_str(k)[cut:] for k in self.redis.scan_iter(keys.host_queue_pattern(job))}
         names = sorted(set(delays) | set(inflight) | queued)
         pipe = self.redis.pipeline(transaction=False)
         for h in names:
@@ -257,7 +262,8 @@ class Frontier:
         """Give hosts delays of their own (adaptive politeness); dispatch applies them.
         ``pipe``: a pipeline to add the write to, executed by the caller."""
         if delays:
-            (pipe or self.redis).hset(keys.host_delays(job), mapping=dict(delays))
+            fields: dict[FieldT, EncodableT] = {h: d for h, d in delays.items()}
+            (pipe or self.redis).hset(keys.host_delays(job), mapping=fields)
 
     def add_host_admitted(self, job: str, per_host: Mapping[str, int]) -> None:
         """Count URLs as admitted for their hosts' page budgets (a rebuilt job's stored pages)."""
@@ -270,7 +276,8 @@ class Frontier:
         """Set URLs' marks in the exact seen set: ``x<depth>`` stored, ``s`` skipped this cycle
         (see ``lua``)."""
         if marks:
-            self.redis.hset(keys.seen(job), mapping=dict(marks))
+            fields: dict[FieldT, EncodableT] = {u: m for u, m in marks.items()}
+            self.redis.hset(keys.seen(job), mapping=fields)
 
     def reset_seen(self, job: str) -> None:
         """Forget which URLs the job has seen and how many each host had admitted (a periodic
