@@ -231,12 +231,12 @@ def cmd_deadlinks(args: argparse.Namespace) -> int:
 
 
 def cmd_reset_seen(args: argparse.Namespace) -> int:
-    from crawler import keys
     from crawler.dedup.bloom import BloomSeen
+    from crawler.frontier import Frontier
 
     client = _client(args.redis_url)
     jobs.status(client, args.job)
-    deleted = BloomSeen(client, args.job).reset() + int(client.delete(keys.seen(args.job)))
+    deleted = BloomSeen(client, args.job).reset() + Frontier(client).clear_seen(args.job)
     print(f"job {args.job}: seen-set cleared ({deleted} keys)")
     return 0
 

@@ -12,7 +12,6 @@ compare-and-set on the record's epoch, so it is made once.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from typing import Any
 
 from redis import Redis
 
-from crawler import keys
+from crawler import nodes
 from crawler.frontier import liveshards
 from crawler.frontier.liveshards import LiveSet
 
@@ -68,7 +67,7 @@ def check(redis: Redis, threshold: int, now: float | None = None) -> Change | No
         return None
     now = time.time() if now is None else now
     live = liveshards.read(redis)
-    records = [json.loads(v) for v in redis.hvals(keys.NODES)]
+    records = nodes.records(redis)
     new = decide(records, live.down, threshold, now)
     if new.keys() == live.down.keys():
         return None
@@ -83,7 +82,7 @@ def shard_states(redis: Redis, shards: int, now: float | None = None) -> list[di
     worker of it ever sent a heartbeat: not taken over, its hosts wait), with its nodes."""
     now = time.time() if now is None else now
     live = liveshards.read(redis)
-    records = [json.loads(v) for v in redis.hvals(keys.NODES)]
+    records = nodes.records(redis)
     out = []
     for s in range(shards):
         mine = sorted(r["node"] for r in records if s in r.get("shards", []))

@@ -279,6 +279,10 @@ class Frontier:
             fields: dict[FieldT, EncodableT] = {u: m for u, m in marks.items()}
             self.redis.hset(keys.seen(job), mapping=fields)
 
+    def clear_seen(self, job: str) -> int:
+        """Forget which URLs the job has seen in the exact set. Returns keys deleted."""
+        return int(self.redis.delete(keys.seen(job)))
+
     def reset_seen(self, job: str) -> None:
         """Forget which URLs the job has seen and how many each host had admitted (a periodic
         job's new cycle)."""
