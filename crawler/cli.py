@@ -185,7 +185,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             return 2
         time.sleep(0.5)
     hosts = jobs.hosts(client, args.job) if args.hosts else None
-    from crawler import nodes, takeover
+    from crawler import nodes
+    from crawler.frontier import takeover
 
     shard_states = takeover.shard_states(client, json.loads(st["settings"])["shards"])
     if args.json:
@@ -317,8 +318,8 @@ def cmd_shards(args: argparse.Namespace) -> int:
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
-    from crawler import nodes, takeover
-    from crawler.frontier import liveshards
+    from crawler import nodes
+    from crawler.frontier import liveshards, takeover
 
     client = _client(args.redis_url)
     rows = nodes.nodes(client)

@@ -17,8 +17,8 @@ from typing import Any
 import redis
 from celery import bootsteps
 
-from crawler import jobcache, keys, takeover
-from crawler.frontier import liveshards
+from crawler import jobcache, keys
+from crawler.frontier import liveshards, takeover
 from crawler.frontier.core import Frontier
 from crawler.frontier.liveshards import LiveSet
 from crawler.frontier.rebalance import rebalance_if_changed

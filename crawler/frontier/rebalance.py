@@ -1,5 +1,5 @@
 """Changing a running job's shard count (the DHT design's REFRESH_TASK), or the set of its
-shards that are live (a dead shard's hosts taken over by their backups, ``crawler.takeover``).
+shards that are live (a dead shard's hosts taken over by their backups, ``crawler.frontier.takeover``).
 
 Shards own registered domains by rendezvous hashing, so when the count changes only the domains
 whose top shard changed move (about 1/N of them). Their hosts move between the shards' ready

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler import cli, jobs, keys, takeover
-from crawler.frontier import Entry, Frontier, liveshards
+from crawler import cli, jobs, keys
+from crawler.frontier import Entry, Frontier, liveshards, takeover
 from crawler.frontier.rebalance import GRACE, rebalance_if_changed
 from crawler.nodes import record_heartbeat
 from crawler.settings import Settings
