@@ -178,6 +178,37 @@ def set_shards(redis: Redis, job_id: str, shards: int) -> Moved:
     return migrate(redis, job_id, shards, known, down=liveshards.read(redis).shards(shards))
 
 
+def periodic(redis: Redis) -> list[str]:
+    """Ids of the periodic jobs, for the beat's cycle check."""
+    return sorted(_str(m) for m in redis.smembers(keys.PERIODIC))
+
+
+def drop_periodic(redis: Redis, job_id: str) -> None:
+    redis.srem(keys.PERIODIC, job_id)
+
+
+def cycle_schedule(redis: Redis, job_id: str) -> tuple[str, float | None]:
+    """The job's status and when its next cycle is due (None: not set). KeyError if none."""
+    status, due = redis.hmget(keys.meta(job_id), ["status", "next_cycle_at"])
+    if status is None:
+        raise KeyError(job_id)
+    return _str(status), float(due) if due else None
+
+
+def start_stage(redis: Redis, job_id: str) -> str:
+    """How far the start of the current cycle got ('claimed', 'reset'; '' once running)."""
+    raw = redis.hget(keys.meta(job_id), "start_stage")
+    return "" if raw is None else _str(raw)
+
+
+def set_start_stage(redis: Redis, job_id: str, stage: str) -> None:
+    redis.hset(keys.meta(job_id), "start_stage", stage)
+
+
+def _str(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
 def cycle_of(redis: Redis | Any, job_id: str) -> tuple[int, float]:
     """The job's current cycle and when it was due ((0, 0.0) for a one-off job)."""
     number, due, started = redis.hmget(keys.meta(job_id), ["cycle", "cycle_due_at", "cycle_started_at"])

@@ -283,6 +283,10 @@ class Frontier:
         """Forget which URLs the job has seen in the exact set. Returns keys deleted."""
         return int(self.redis.delete(keys.seen(job)))
 
+    def reset_admitted(self, job: str) -> None:
+        """Restart the count the job's page budget (``max_pages``) is checked against."""
+        self.redis.hset(keys.counters(job), "admitted", 0)
+
     def reset_seen(self, job: str) -> None:
         """Forget which URLs the job has seen and how many each host had admitted (a periodic
         job's new cycle)."""
