@@ -2,7 +2,9 @@
 leased once, and returned exactly once, whatever number of workers run them at the same time.
 
 Conventions: KEYS[] are the job's records whose names are known up front, the same for every
-script (``job_keys``; ``_HELPERS`` binds them to ``KMETA``, ``KLEASE`` ...). Keys named after
+script (``job_keys``; ``_bind`` binds them to ``KMETA``, ``KLEASE`` ...). ADMIT alone builds those
+names from the prefix instead: the admission tests count the URLs of each call from its
+argument count in the slowlog (``EVALSHA sha 0``, 10 fixed, 4 per URL). Keys named after
 data the script reads (a host's queue ``q:<host>``, a shard's ready set ``ready:<shard>``, an
 address wait ``ipwait:<ipkey>``, a cycle ``cyc:<n>``, a link batch's parts ``pendc:<token>``, a
 shard's wake list ``c:wake:<shard>``) cannot be declared in advance: they are built from ARGV[1],
@@ -36,30 +38,31 @@ from crawler import keys
 PARKED = 1e12
 
 
+# The job's records every script may touch whose names are known up front: (Lua local, name).
+_FIXED = [("KMETA", "meta"), ("KCNT", "cnt"), ("KSEEN", "seen"), ("KLEASE", "lease"), ("KLEXP", "lexp"),
+          ("KRETRY", "retry"), ("KINF", "inf"), ("KIPINF", "ipinf"), ("KIP", "ip"), ("KNEXT", "next"),
+          ("KDELAY", "delay"), ("KHOSTN", "hostn"), ("KPEND", "pend"), ("KPENDB", "pendb")]
+
+
 def job_keys(job: str) -> list[str]:
-    """KEYS[] of every script here, in the order ``_HELPERS`` binds them (``KMETA`` ...)."""
+    """KEYS[] of every script here but ADMIT: ``_FIXED`` in order, then ``c:jobs``."""
     return [keys.meta(job), keys.counters(job), keys.seen(job), keys.leases(job), keys.lease_expiry(job),
             keys.retries(job), keys.host_inflight(job), keys.ip_inflight(job), keys.host_ip(job),
             keys.host_next(job), keys.host_delays(job), keys.host_admitted(job), keys.pending_links(job),
             keys.pending_link_bodies(job), keys.JOBS]
 
+
+def _bind(declared: bool) -> str:
+    if declared:
+        lines = [f"local {local} = KEYS[{i}]" for i, (local, _) in enumerate(_FIXED, start=1)]
+        lines.append(f"local KJOBS = KEYS[{len(_FIXED) + 1}]")
+    else:
+        lines = [f"local {local} = P .. '{name}'" for local, name in _FIXED]
+        lines.append(f"local KJOBS = '{keys.JOBS}'")
+    return "\n".join(lines) + "\n"
+
+
 _HELPERS = f"""
-local KMETA = KEYS[1]
-local KCNT = KEYS[2]
-local KSEEN = KEYS[3]
-local KLEASE = KEYS[4]
-local KLEXP = KEYS[5]
-local KRETRY = KEYS[6]
-local KINF = KEYS[7]
-local KIPINF = KEYS[8]
-local KIP = KEYS[9]
-local KNEXT = KEYS[10]
-local KDELAY = KEYS[11]
-local KHOSTN = KEYS[12]
-local KPEND = KEYS[13]
-local KPENDB = KEYS[14]
-local KJOBS = KEYS[15]
-local P = ARGV[1]
 local PARKED = {PARKED:.0f}
 local function wake(shard)
   redis.call('LPUSH', 'c:wake:' .. shard, '1')
@@ -155,13 +158,17 @@ local function parse_lease(l)
 end
 """
 
+
+def _prelude(declared: bool = True) -> str:
+    return "local P = ARGV[1]\n" + _bind(declared) + _HELPERS
+
 # ARGV: prefix, job, token, now, budget, max_depth, host_budget, trusted, part, last, then (url,
 # host, shard, entry). ``trusted`` = 1: the URLs were judged new already (by the Bloom filter), so
 # the exact seen hash is neither read nor written. A big link batch is admitted in parts, one call
 # each, so no call holds Redis for long: ``part`` (0, 1, ...; '' for a batch in one call) is
 # recorded in ``pendc:<token>`` so a redelivered batch skips the parts admitted already, and the
 # ``last`` part ('1') ends the batch, as a whole batch does.
-ADMIT = _HELPERS + """
+ADMIT = _prelude(declared=False) + """
 local token, now, budget, maxd = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local host_budget, trusted = tonumber(ARGV[7]), ARGV[8] == '1'
 local part, last = ARGV[9], ARGV[10] == '1'
@@ -256,7 +263,7 @@ return new
 # and re-dispatching them one small task at a time would keep every later task as small (each
 # task costs the same Celery overhead whatever its size). Returns {entries and hosts
 # interleaved, next due time or '', free slots (-1: not running; 0: wait for more to finish)}.
-DISPATCH = _HELPERS + """
+DISPATCH = _prelude() + """
 local shard, now = ARGV[3], tonumber(ARGV[4])
 local max_urls, per_host, delay = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local deadline, token, concurrency = ARGV[8], ARGV[9], tonumber(ARGV[10])
@@ -333,7 +340,7 @@ return {out, nxt, slots}
 
 # ARGV: prefix, job, lease_deadline, then (url, token) pairs. Returns 1/0 per pair: whether
 # this holder still owns the lease and should fetch.
-CONFIRM = _HELPERS + """
+CONFIRM = _prelude() + """
 local res = {}
 for i = 4, #ARGV, 2 do
   local l = redis.call('HGET', KLEASE, ARGV[i])
@@ -354,7 +361,7 @@ return res
 # holder still owns (either stage) out to the deadline, never earlier than it was: parse and store
 # renew the pages they hold, and a store waiting out an outage renews them past its next try.
 # Returns how many were renewed.
-RENEW = _HELPERS + """
+RENEW = _prelude() + """
 local deadline, n = tonumber(ARGV[3]), 0
 for i = 4, #ARGV, 2 do
   local l = redis.call('HGET', KLEASE, ARGV[i])
@@ -370,7 +377,7 @@ return n
 # ARGV: prefix, job, now, lease_deadline, delay, then (url, token, retry_at, ip) per request.
 # retry_at > 0 sends the URL to the retry set, due then, with one more attempt counted; ip, when
 # known, becomes the host's address for the per-address budget.
-FETCHED = _HELPERS + """
+FETCHED = _prelude() + """
 local now, deadline, delay = tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local n, retried, held = 0, 0, 0
 for i = 6, #ARGV, 4 do
@@ -404,7 +411,7 @@ return n
 # ARGV: prefix, job, now, delay, max_depth, then (url, token) pairs. Ends leases whose page is
 # stored; a page expanded at a depth that cut its links, while a shorter path to it turned up,
 # goes back to its queue once more instead.
-RELEASE = _HELPERS + """
+RELEASE = _prelude() + """
 local now, delay, maxd = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 local n, again, held = 0, 0, 0
 for i = 6, #ARGV, 2 do
@@ -444,7 +451,7 @@ return n
 # of their host queue with one more attempt counted; one whose attempts are spent is re-leased
 # under ``token`` as fetched and returned ({entry, shard} pairs), for the caller to store as
 # failed. Returns {returned to queue, abandoned pairs}.
-REAP = _HELPERS + """
+REAP = _prelude() + """
 local now, delay, limit, max_attempts, token = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]),
   tonumber(ARGV[6]), ARGV[7]
 local urls = redis.call('ZRANGEBYSCORE', KLEXP, '-inf', now, 'LIMIT', 0, limit)
@@ -477,7 +484,7 @@ return {back, gone}
 
 # ARGV: prefix, job, now, limit. Retries whose backoff is over go back to their host queues.
 # Returns {moved, next due time or ''}.
-PROMOTE = _HELPERS + """
+PROMOTE = _prelude() + """
 local now, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
 local due = redis.call('ZRANGEBYSCORE', KRETRY, '-inf', now, 'LIMIT', 0, limit)
 for _, m in ipairs(due) do
@@ -494,7 +501,7 @@ return {#due, nxt}
 # ARGV: prefix, job, now. Running -> paused (nothing more is dispatched; what is in flight
 # finishes and is stored); a periodic job waiting for its next cycle -> paused (no cycle starts).
 # Returns the status the job had.
-PAUSE = _HELPERS + """
+PAUSE = _prelude() + """
 local status = redis.call('HGET', KMETA, 'status')
 if status == 'running' or status == 'waiting' then
   redis.call('HSET', KMETA, 'status', 'paused', 'paused_from', status, 'paused_at', ARGV[3])
@@ -504,7 +511,7 @@ return status
 
 # ARGV: prefix, job, now, shards. Paused -> what it was, its shards woken; a job whose last
 # URLs were stored while it was paused is done (or waits for its next cycle) now.
-RESUME = _HELPERS + """
+RESUME = _prelude() + """
 local now, shards = tonumber(ARGV[3]), tonumber(ARGV[4])
 local status = redis.call('HGET', KMETA, 'status')
 if status ~= 'paused' then return status end
@@ -518,7 +525,7 @@ return 'paused'
 # starts it: the cycle number goes up, the status becomes 'starting'. Exactly one caller wins,
 # however many beats or ticks run at once. A start that crashed (still 'starting' after
 # ``stale`` seconds) is handed out again. Returns {cycle, 1 if fresh / 0 if resumed} or {}.
-CLAIM_CYCLE = _HELPERS + """
+CLAIM_CYCLE = _prelude() + """
 local now, nxt, stale = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 local m = KMETA
 local status = redis.call('HGET', m, 'status')
@@ -538,7 +545,7 @@ return {cycle, 1}
 """
 
 # ARGV: prefix, job, now, shards. A cycle's work is queued: 'starting' -> running.
-RUN_CYCLE = _HELPERS + """
+RUN_CYCLE = _prelude() + """
 if redis.call('HGET', KMETA, 'status') ~= 'starting' then return 0 end
 redis.call('HDEL', KMETA, 'start_stage')
 run_job(tonumber(ARGV[3]), tonumber(ARGV[4]))

@@ -45,6 +45,8 @@ def test_names_the_scripts_build_from_the_prefix_agree() -> None:
 def test_frontier_scripts_keys_order() -> None:
     names = lua.job_keys("j")
     assert names[0] == keys.meta("j") and names[3] == keys.leases("j") and names[-1] == keys.JOBS
-    for i, local in enumerate(["KMETA", "KCNT", "KSEEN", "KLEASE", "KLEXP", "KRETRY", "KINF", "KIPINF", "KIP",
-                               "KNEXT", "KDELAY", "KHOSTN", "KPEND", "KPENDB", "KJOBS"], start=1):
-        assert f"local {local} = KEYS[{i}]\n" in lua.ADMIT
+    for i, (local, name) in enumerate(lua._FIXED, start=1):
+        assert names[i - 1] == keys.prefix("j") + name
+        assert f"local {local} = KEYS[{i}]\n" in lua.DISPATCH
+        assert f"local {local} = P .. '{name}'\n" in lua.ADMIT  # ADMIT builds them from the prefix
+    assert f"local KJOBS = KEYS[{len(lua._FIXED) + 1}]\n" in lua.DISPATCH and len(names) == len(lua._FIXED) + 1
