@@ -14,13 +14,13 @@ from typing import Any, NoReturn
 
 import redis
 
-from crawler import jobs, liveshards, nodes, takeover
+from crawler import jobs, nodes
 from crawler.celeryapp.config import environment, redis_url
 from crawler.dedup.bloom import BloomSeen
 from crawler.embedded import crawl
 from crawler.errors import BadURL, ConfigError, CrawlerError, JobNotFound
-from crawler.frontier import keys
-from crawler.rebalance import set_shards
+from crawler.frontier import Frontier, liveshards, takeover
+from crawler.jobs import set_shards
 from crawler.redact import has_password, redact
 from crawler.redisconn import check_version, connect
 from crawler.schedule import parse_duration
@@ -235,7 +235,7 @@ def cmd_deadlinks(args: argparse.Namespace) -> int:
 def cmd_reset_seen(args: argparse.Namespace) -> int:
     client = _client(args.redis_url)
     jobs.status(client, args.job)
-    deleted = BloomSeen(client, args.job).reset() + int(client.delete(keys.seen(args.job)))
+    deleted = BloomSeen(client, args.job).reset() + Frontier(client).clear_seen(args.job)
     print(f"job {args.job}: seen-set cleared ({deleted} keys)")
     return 0
 

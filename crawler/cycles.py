@@ -18,8 +18,7 @@ from redis import Redis
 from crawler import jobs
 from crawler.dedup import admit_links, seen_set
 from crawler.dedup.neardup import NearDuplicates
-from crawler.errors import JobNotFound
-from crawler.frontier import Entry, Frontier, keys, lua
+from crawler.frontier import Entry, Frontier
 from crawler.jobs import Job
 from crawler.schedule import next_cycle
 from crawler.store import Store
@@ -36,12 +35,11 @@ def tick(redis: Redis, open_store: OpenStore, now: float | None = None) -> list[
     """Start the next cycle of every periodic job whose time has come; return (job, cycle)s."""
     now = time.time() if now is None else now
     started = []
-    for raw in sorted(redis.smembers(keys.PERIODIC)):
-        job_id = raw.decode()
+    for job_id in jobs.periodic(redis):
         try:
             cycle = start_cycle(redis, job_id, open_store, now)
         except KeyError:
-            redis.srem(keys.PERIODIC, job_id)  # the job was deleted
+            jobs.drop_periodic(redis, job_id)  # the job was deleted
             continue
         except Exception:  # one broken job must not keep the others from their cycles
             log.exception("job %s: could not start its next cycle", job_id)
@@ -53,24 +51,22 @@ def tick(redis: Redis, open_store: OpenStore, now: float | None = None) -> list[
 
 def start_cycle(redis: Redis, job_id: str, open_store: OpenStore, now: float) -> int:
     """Start the job's next cycle if it is due; return its number, or 0."""
-    status, due = redis.hmget(keys.meta(job_id), ["status", "next_cycle_at"])
-    if status is None:
-        raise JobNotFound(job_id)
-    if status.decode() not in (jobs.WAITING, jobs.STARTING):
+    status, due = jobs.cycle_schedule(redis, job_id)
+    if status not in (jobs.WAITING, jobs.STARTING):
         return 0
     job = jobs.load(redis, job_id, max_age=0)
     s = job.settings
-    following = next_cycle(s.every, s.cron, float(due or now), now)
-    claim = redis.register_script(lua.CLAIM_CYCLE)
-    got = claim(args=[keys.prefix(job_id), job_id, now, following, STALE_START])
-    if not got:
+    following = next_cycle(s.every, s.cron, now if due is None else due, now)
+    frontier = Frontier(redis)
+    got = frontier.claim_cycle(job_id, now, following, STALE_START)
+    if got is None:
         return 0
-    cycle = int(got[0])
-    if redis.hget(keys.meta(job_id), "start_stage") == b"claimed":
+    cycle, _fresh = got
+    if jobs.start_stage(redis, job_id) == "claimed":
         _forget_seen(redis, job)
-        redis.hset(keys.meta(job_id), "start_stage", "reset")
+        jobs.set_start_stage(redis, job_id, "reset")
     queued, skipped = _queue_revisits(redis, job, open_store(s.store), now)
-    redis.register_script(lua.RUN_CYCLE)(args=[keys.prefix(job_id), job_id, time.time(), s.shards])
+    frontier.run_cycle(job_id, s.shards)
     jobs.count_cycle(redis, job_id, cycle, queued=queued, not_due=skipped)
     log.info("job %s: cycle %d started, %d URLs queued, %d pages not due", job_id, cycle, queued, skipped)
     return cycle
@@ -78,10 +74,11 @@ def start_cycle(redis: Redis, job_id: str, open_store: OpenStore, now: float) ->
 
 def _forget_seen(redis: Redis, job: Job) -> None:
     """A fresh seen-set, near-duplicate index and per-cycle budgets for the new cycle."""
-    redis.delete(keys.prefix(job.id) + "hostn")
+    frontier = Frontier(redis)
+    frontier.reset_seen(job.id)
     NearDuplicates(redis).reset(job.id)
-    seen_set(redis, Frontier(redis), job.id, job.settings).reset()
-    redis.hset(keys.counters(job.id), "admitted", 0)
+    seen_set(redis, frontier, job.id, job.settings).reset()
+    frontier.reset_admitted(job.id)
 
 
 def _queue_revisits(redis: Redis, job: Job, store: Store, now: float) -> tuple[int, int]:

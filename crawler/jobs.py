@@ -6,29 +6,24 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 from redis import Redis
 
-from crawler.errors import BadURL, JobNotFound, shown
-from crawler.frontier import Entry, Frontier, keys, lua
-from crawler.lru import LRU
+from crawler import jobcache, keys, storeretry
+from crawler.dedup import admit_links
+from crawler.errors import BadURL, ConfigError, JobNotFound, shown
+from crawler.frontier import Entry, Frontier, liveshards
+from crawler.frontier.rebalance import Moved, migrate
+from crawler.jobcache import Job as Job  # where callers have always found it
 from crawler.redact import redact_settings_json, strip_password
-from crawler.settings import Settings, process_limit
+from crawler.settings import Settings
 from crawler.store import JobDefinition, open_store
 from crawler.urls import canonicalize, domain_of
 
 RUNNING, DONE, STOPPED, PAUSED = "running", "done", "stopped", "paused"
 WAITING, STARTING = "waiting", "starting"  # a periodic job between cycles, and starting one
 FINISHED = (DONE, STOPPED)
-
-
-@dataclass(frozen=True)
-class Job:
-    id: str
-    settings: Settings
-    allowed: frozenset[str]
 
 
 def new_job_id() -> str:
@@ -76,8 +71,6 @@ def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | Non
     pipe.hset(keys.meta(job_id), mapping=meta)
     pipe.sadd(keys.JOBS, job_id)
     pipe.execute()
-    from crawler.dedup import admit_links
-
     admit_links(redis, Frontier(redis), job_id, settings, [Entry(u) for u in dict.fromkeys(canon)])
     return job_id
 
@@ -92,22 +85,13 @@ def record(store_url: str, definition: JobDefinition) -> None:
         store.close()
 
 
-# A worker serves job after job for days: the jobs it has not seen for longest go first.
-_cache: LRU[str, tuple[float, Job]] = LRU(process_limit("job_cache_size"))
+# The same cache the dispatcher reads through ``jobcache`` (tests may swap it).
+_cache: jobcache.Cache = jobcache._cache
 
 
 def load(redis: Redis, job_id: str, *, max_age: float = 5.0) -> Job:
     """The job's settings as its submitter set them, cached briefly in each process."""
-    hit = _cache.get(job_id)
-    if hit and time.monotonic() - hit[0] < max_age:
-        return hit[1]
-    raw = redis.hget(keys.meta(job_id), "settings")
-    if raw is None:
-        raise JobNotFound(f"no such job: {job_id}")
-    values = json.loads(raw)
-    job = Job(job_id, Settings.from_env(**values), frozenset(values["allow_domains"]))
-    _cache.put(job_id, (time.monotonic(), job))
-    return job
+    return jobcache.load(redis, job_id, max_age=max_age, cache=_cache)
 
 
 def seeds(redis: Redis, job_id: str) -> list[str]:
@@ -119,12 +103,12 @@ def seeds(redis: Redis, job_id: str) -> list[str]:
 
 def forget(job_id: str) -> None:
     """Drop this process's cached copy of the job's settings (they were just changed)."""
-    _cache.pop(job_id)
+    jobcache.forget(job_id, _cache)
 
 
 def status(redis: Redis, job_id: str) -> dict[str, Any]:
     """Meta fields and counters of a job, and ``store_error`` while its store is down (see
-    ``crawler.storeretry.current``), credentials redacted; KeyError if there is no such job."""
+    ``crawler.storeretry.current``), credentials redacted; JobNotFound if there is no such job."""
     pipe = redis.pipeline(transaction=False)
     pipe.hgetall(keys.meta(job_id))
     pipe.hgetall(keys.counters(job_id))
@@ -137,24 +121,15 @@ def status(redis: Redis, job_id: str) -> dict[str, Any]:
         out["settings"] = redact_settings_json(out["settings"])
     out["counters"] = {k.decode(): int(v) for k, v in sorted(cnt.items())}
     if store_down:
-        from crawler import storeretry
-
         out["store_error"] = storeretry.current(redis, job_id)
     return out
 
 
 def hosts(redis: Redis, job_id: str) -> list[dict[str, Any]]:
     """Per host: current delay, requests in flight, URLs queued."""
-    p = keys.prefix(job_id)
-    delays = {k.decode(): float(v) for k, v in redis.hgetall(p + "delay").items()}
-    inflight = {k.decode(): int(v) for k, v in redis.hgetall(p + "inf").items()}
     default = load(redis, job_id).settings.delay
-    names = sorted(set(delays) | set(inflight) | {k.decode()[len(p) + 2:] for k in redis.scan_iter(p + "q:*")})
-    pipe = redis.pipeline(transaction=False)
-    for h in names:
-        pipe.llen(keys.host_queue(job_id, h))
-    return [{"host": h, "delay": delays.get(h, default), "inflight": inflight.get(h, 0), "queued": q}
-            for h, q in zip(names, pipe.execute(), strict=True)]
+    return [{"host": h.host, "delay": default if h.delay is None else h.delay, "inflight": h.inflight,
+             "queued": h.queued} for h in Frontier(redis).host_stats(job_id)]
 
 
 def stop(redis: Redis, job_id: str, error: str = "") -> None:
@@ -174,15 +149,64 @@ def stop(redis: Redis, job_id: str, error: str = "") -> None:
 def pause(redis: Redis, job_id: str) -> str:
     """Dispatch nothing more (and start no cycle) until ``resume``; in-flight pages finish and
     are stored. Returns the status the job had."""
-    was = redis.register_script(lua.PAUSE)(args=[keys.prefix(job_id), job_id, time.time()])
-    return was.decode() if was else ""
+    return Frontier(redis).pause(job_id)
 
 
 def resume(redis: Redis, job_id: str) -> str:
     """Undo ``pause``. Returns the status the job had."""
     shards = load(redis, job_id, max_age=0).settings.shards
-    was = redis.register_script(lua.RESUME)(args=[keys.prefix(job_id), job_id, time.time(), shards])
-    return was.decode() if was else ""
+    return Frontier(redis).resume(job_id, shards)
+
+
+MAX_SHARDS = 1024
+
+
+def set_shards(redis: Redis, job_id: str, shards: int) -> Moved:
+    """Give a running job ``shards`` shards and move what must move (``crawler.frontier.rebalance``)."""
+    if not 1 <= shards <= MAX_SHARDS:
+        raise ConfigError(f"shard count must be 1..{MAX_SHARDS}, got {shards}")
+    raw = redis.hget(keys.meta(job_id), "settings")
+    if raw is None:
+        raise JobNotFound(f"no such job: {job_id}")
+    values = json.loads(raw)
+    # The highest count the job ever had: queues and ready sets up to it may still hold work.
+    known = max(int(values["shards"]), shards, int(redis.hget(keys.meta(job_id), "shards_before") or 0))
+    values["shards"] = shards
+    redis.hset(keys.meta(job_id), mapping={"settings": json.dumps(values), "shards_changed_at": time.time(),
+                                           "shards_before": known})
+    forget(job_id)
+    return migrate(redis, job_id, shards, known, down=liveshards.read(redis).shards(shards))
+
+
+def periodic(redis: Redis) -> list[str]:
+    """Ids of the periodic jobs, for the beat's cycle check."""
+    return sorted(_str(m) for m in redis.smembers(keys.PERIODIC))
+
+
+def drop_periodic(redis: Redis, job_id: str) -> None:
+    redis.srem(keys.PERIODIC, job_id)
+
+
+def cycle_schedule(redis: Redis, job_id: str) -> tuple[str, float | None]:
+    """The job's status and when its next cycle is due (None: not set). JobNotFound if none."""
+    status, due = redis.hmget(keys.meta(job_id), ["status", "next_cycle_at"])
+    if status is None:
+        raise JobNotFound(f"no such job: {job_id}")
+    return _str(status), float(due) if due else None
+
+
+def start_stage(redis: Redis, job_id: str) -> str:
+    """How far the start of the current cycle got ('claimed', 'reset'; '' once running)."""
+    raw = redis.hget(keys.meta(job_id), "start_stage")
+    return "" if raw is None else _str(raw)
+
+
+def set_start_stage(redis: Redis, job_id: str, stage: str) -> None:
+    redis.hset(keys.meta(job_id), "start_stage", stage)
+
+
+def _str(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
 
 
 def cycle_of(redis: Redis | Any, job_id: str) -> tuple[int, float]:
@@ -204,7 +228,7 @@ CYCLE_FIELDS = ("fetched", "new", "changed", "unchanged", "gone", "not_modified"
 
 def cycles(redis: Redis, job_id: str) -> list[dict[str, Any]]:
     """Per cycle: start, end and counts, oldest first."""
-    status(redis, job_id)  # KeyError if there is no such job
+    status(redis, job_id)  # JobNotFound if there is no such job
     last, _ = cycle_of(redis, job_id)
     pipe = redis.pipeline(transaction=False)
     for n in range(1, last + 1):
@@ -221,7 +245,7 @@ def cycles(redis: Redis, job_id: str) -> list[dict[str, Any]]:
 
 def seen_space(redis: Redis, job_id: str) -> str:
     """The name under which a process may remember URLs of this job as seen: it changes with
-    each cycle and each rebuild by ``crawler recover``. KeyError if Redis has no such job."""
+    each cycle and each rebuild by ``crawler recover``. JobNotFound if Redis has no such job."""
     status, cycle, epoch = redis.hmget(keys.meta(job_id), ["status", "cycle", "epoch"])
     if status is None:
         raise JobNotFound(f"no such job: {job_id}")

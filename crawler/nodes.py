@@ -14,7 +14,7 @@ from typing import Any
 
 from redis import Redis
 
-from crawler.frontier import keys
+from crawler import keys
 
 GONE_AFTER = 30  # heartbeats missed before a silent node counts as gone
 
@@ -55,11 +55,15 @@ def state(rec: dict[str, Any], now: float) -> str:
     return f"silent for {missed} heartbeats"
 
 
+def records(client: Redis) -> list[dict[str, Any]]:
+    """Every node's latest heartbeat record, as ``record_heartbeat`` wrote it."""
+    return [json.loads(raw) for raw in client.hvals(keys.NODES)]
+
+
 def nodes(client: Redis, now: float | None = None) -> list[dict[str, Any]]:
     now = time.time() if now is None else now
     out = []
-    for raw in client.hvals(keys.NODES):
-        rec = json.loads(raw)
+    for rec in records(client):
         rec["state"] = state(rec, now)
         rec["age"] = round(now - rec["last"], 1)
         out.append(rec)

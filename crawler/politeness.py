@@ -14,7 +14,7 @@ from typing import Any
 
 from redis import Redis
 
-from crawler import errors
+from crawler import errors, keys
 from crawler.errors import Reason
 from crawler.fetch.client import FetchConfig, Fetcher, FetchResult, HopCheck
 from crawler.fetch.robots import (
@@ -27,7 +27,7 @@ from crawler.fetch.robots import (
     policy_from_fetch,
     robots_scope,
 )
-from crawler.frontier import keys
+from crawler.frontier import Frontier
 from crawler.frontier.ratecontrol import next_delay, parse_retry_after
 from crawler.jobs import Job
 from crawler.settings import Settings
@@ -39,6 +39,7 @@ SITEMAPS_PER_HOST = 10
 class Politeness:
     def __init__(self, redis: Redis, settings: Settings | None = None) -> None:
         self.redis = redis
+        self._frontier = Frontier(redis)
         s = settings or Settings.from_env()
         self.robots = RobotsCache(redis, s.robots_cache_size, s.robots_cache_bytes)
 
@@ -122,10 +123,10 @@ class Politeness:
         if not s.autothrottle:
             return {h: f for h, f in floors.items() if f > s.delay}
         names = list(hosts)
-        current = self.redis.hmget(keys.prefix(job.id) + "delay", names)
+        current = self._frontier.host_delays(job.id, names)
         out: dict[str, float] = {}
-        for host, raw in zip(names, current, strict=True):
-            d = float(raw) if raw is not None else floors[host]
+        for host, own in zip(names, current, strict=True):
+            d = own if own is not None else floors[host]
             for r in hosts[host]:
                 if r.status is None and r.error in (Reason.ROBOTS, Reason.ROBOTS_UNAVAILABLE, Reason.OUT_OF_SCOPE,
                                                     Reason.BLOCKED_NETWORK, Reason.BAD_URL):
@@ -146,7 +147,7 @@ class Politeness:
         todo: dict[str, list[str]] = {}
         for origin, policy in policies.items():
             maps = policy.sitemaps()[:SITEMAPS_PER_HOST]
-            if maps and self.redis.sadd(keys.prefix(job.id) + "sitemaps", origin):
+            if maps and self.redis.sadd(keys.sitemaps(job.id), origin):
                 todo[origin] = maps
         if not todo:
             return [], 0

@@ -23,11 +23,11 @@ from typing import Any
 
 from redis import Redis
 
-from crawler import jobs
+from crawler import jobs, keys
 from crawler.dedup import seen_set
 from crawler.dedup.neardup import NearDuplicates
 from crawler.errors import CrawlerError, JobNotFound
-from crawler.frontier import Frontier, keys, lua
+from crawler.frontier import Frontier
 from crawler.jobs import Job
 from crawler.messages import LinkGroup
 from crawler.redact import strip_password
@@ -82,7 +82,7 @@ def _chunks(items: list[Any]) -> Iterable[list[Any]]:
 def _clear(redis: Redis, job_id: str) -> int:
     """Delete what workers wrote for the job since Redis came back empty (Bloom bits, link
     batches, counters of tasks that were in flight): the rebuild starts from nothing."""
-    doomed = list(redis.scan_iter(keys.prefix(job_id) + "*", count=1000))
+    doomed = list(redis.scan_iter(keys.job_pattern(job_id), count=1000))
     for chunk in _chunks(doomed):
         redis.delete(*chunk)
     return len(doomed)
@@ -166,7 +166,7 @@ def recover(redis: Redis, store: Store, job_id: str, now: float | None = None,
         queued += len(dedup_stage(ctx, job, "", chunk))
 
     # starting -> running: the shards are woken, and a job with nothing left is done at once.
-    redis.register_script(lua.RUN_CYCLE)(args=[keys.prefix(job_id), job_id, time.time(), s.shards])
+    Frontier(redis).run_cycle(job_id, s.shards)
     if s.periodic:
         redis.sadd(keys.PERIODIC, job_id)
     jobs.forget(job_id)
@@ -206,10 +206,7 @@ def _restart_counters(redis: Redis, job: Job, rows: list[_Row], current: list[_R
         per_host: dict[str, int] = {}
         for r in current:
             per_host[host_key(r.url)] = per_host.get(host_key(r.url), 0) + 1
-        pipe = redis.pipeline(transaction=False)
-        for host, n in per_host.items():
-            pipe.hincrby(keys.prefix(job.id) + "hostn", host, n)
-        pipe.execute()
+        Frontier(redis).add_host_admitted(job.id, per_host)
 
 
 def _mark_seen(redis: Redis, job: Job, current: list[_Row], not_due: list[str]) -> None:

@@ -5,7 +5,7 @@ runner-up is its backup. When the shard count changes only the domains whose top
 move (about 1/N of them) and the load stays even, unlike plain XOR distance to one id per shard.
 The hash is mmh3, stable across processes (Python's ``hash()`` is salted per process).
 
-``down`` names shards taken over (every worker silent, ``crawler.takeover``): their domains go to
+``down`` names shards taken over (every worker silent, ``crawler.frontier.takeover``): their domains go to
 the next shard in their own ranking that is not down, so only those domains move.
 """
 

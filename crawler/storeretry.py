@@ -15,7 +15,7 @@ from typing import Any
 
 from redis import Redis
 
-from crawler.frontier import keys
+from crawler import keys
 from crawler.frontier.ratecontrol import backoff
 from crawler.redact import redact
 from crawler.settings import Settings

@@ -19,8 +19,8 @@ from typing import Any
 from celery.beat import PersistentScheduler
 from redis import Redis, RedisError
 
+from crawler import keys
 from crawler.celeryapp.config import redis_url
-from crawler.frontier import keys
 from crawler.redisconn import connect
 from crawler.settings import Settings
 

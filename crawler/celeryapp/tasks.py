@@ -10,10 +10,10 @@ from typing import Any
 from celery import Task
 from redis import exceptions as redis_errors
 
-from crawler import cycles, jobs, liveshards, stages
+from crawler import cycles, jobs, keys, stages
 from crawler.celeryapp.app import app
 from crawler.celeryapp.config import redis_url
-from crawler.frontier import keys
+from crawler.frontier import liveshards
 from crawler.messages import groups_from_json, groups_to_json, pages_from_json, pages_to_json
 from crawler.redisconn import connect
 from crawler.settings import Settings

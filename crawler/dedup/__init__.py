@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 from redis import Redis
 
-from crawler import jobs
 from crawler.dedup.bloom import BloomSeen
 from crawler.dedup.cache import SeenCache
 from crawler.dedup.seenset import SeenSet, seen_set
@@ -35,19 +34,19 @@ def admit_links(redis: Redis, frontier: Frontier, job_id: str, settings: Setting
     them, so a redelivered batch is cut the same way whichever process admits it."""
     seen = seen or seen_set(redis, frontier, job_id, settings)
     if len(entries) <= chunk:
-        return _admit(redis, job_id, entries, token, cache, seen, cache_space)
+        return _admit(frontier, job_id, entries, token, cache, seen, cache_space)
     queued: list[str] = []
     hits = 0
     parts = range(0, len(entries), chunk)
     for k, start in enumerate(parts):
-        got, h = _admit(redis, job_id, entries[start:start + chunk], token, cache, seen,
+        got, h = _admit(frontier, job_id, entries[start:start + chunk], token, cache, seen,
                         cache_space, part=k, last=k == len(parts) - 1)
         queued += got
         hits += h
     return queued, hits
 
 
-def _admit(redis: Redis, job_id: str, entries: Sequence[Entry], token: str, cache: SeenCache | None,
+def _admit(frontier: Frontier, job_id: str, entries: Sequence[Entry], token: str, cache: SeenCache | None,
            seen: SeenSet, cache_space: str, part: int | None = None, last: bool = True) -> tuple[list[str], int]:
     hits = 0
     space = cache_space or job_id
@@ -58,7 +57,7 @@ def _admit(redis: Redis, job_id: str, entries: Sequence[Entry], token: str, cach
     admission = seen.admit(entries, token=token, part=part, last=last)
     if admission.ignored:
         return [], hits
-    jobs.count(redis, job_id, duplicates=hits + admission.duplicates)
+    frontier.count(job_id, duplicates=hits + admission.duplicates)
     if cache is not None:
         for e in entries:
             cache.add(f"{space} {e.url}")

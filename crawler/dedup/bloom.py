@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import mmh3
 from redis import Redis
 
-from crawler.frontier import keys
+from crawler import keys
 
 log = logging.getLogger(__name__)
 

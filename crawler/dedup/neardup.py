@@ -12,10 +12,12 @@ from collections.abc import Sequence
 
 from redis import Redis
 
+from crawler import keys
 from crawler.dedup.simhash import bands
-from crawler.frontier import keys
 
-# ARGV: prefix, max distance, band count, then (hi, lo, url, band values...) per page.
+# KEYS[1]: the page counter (``keys.simhash_seq``). ARGV: the job's key prefix, max distance, band
+# count, then (hi, lo, url, band values...) per page. A band's set (``keys.simhash_band``) is named
+# by the page's band value, so it is built in the script from the prefix and cannot be in KEYS.
 # Returns, per page, the URL it nearly duplicates, or ''.
 _FIND_OR_ADD = """
 local P, maxd, nb = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -40,7 +42,7 @@ for i = 4, #ARGV, step do
     end
   end
   if best == '' then
-    local seq = redis.call('INCR', P .. 'shseq')
+    local seq = redis.call('INCR', KEYS[1])
     for b = 0, nb - 1 do
       local member = seq .. ' ' .. ARGV[i] .. ' ' .. ARGV[i + 1] .. ' ' .. url
       redis.call('SADD', P .. 'sh:' .. b .. ':' .. ARGV[i + 3 + b], member)
@@ -71,10 +73,9 @@ class NearDuplicates:
         args: list[str | int] = [keys.prefix(job), max_distance, n]
         for url, h in pages:
             args += [_signed32(h >> 32), _signed32(h & 0xFFFFFFFF), url, *bands(h, n)]
-        return [r.decode() or None for r in self._script(args=args)]
+        return [r.decode() or None for r in self._script(keys=[keys.simhash_seq(job)], args=args)]
 
     def reset(self, job: str) -> int:
         """Forget every page indexed for the job (a periodic job's new cycle). Returns keys deleted."""
-        p = keys.prefix(job)
-        doomed = [p + "shseq", *self.redis.scan_iter(p + "sh:*", count=1000)]
+        doomed = [keys.simhash_seq(job), *self.redis.scan_iter(keys.simhash_band_pattern(job), count=1000)]
         return int(self.redis.delete(*doomed))

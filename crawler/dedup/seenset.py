@@ -12,7 +12,7 @@ from typing import Protocol
 from redis import Redis
 
 from crawler.dedup.bloom import BloomSeen
-from crawler.frontier import Entry, Frontier, keys
+from crawler.frontier import Entry, Frontier
 from crawler.settings import Settings
 
 
@@ -64,16 +64,14 @@ class ExactSeen:
 
     def mark_skipped(self, urls: Sequence[str]) -> None:
         # ``s``: skipped as not due this cycle (see the admit script's markers).
-        if urls:
-            self.redis.hset(keys.seen(self.job_id), mapping=dict.fromkeys(urls, "s"))
+        self.frontier.mark_seen(self.job_id, dict.fromkeys(urls, "s"))
 
     def mark_stored(self, pages: Sequence[tuple[str, int]]) -> None:
         # ``x<depth>``: stored; the admit script re-queues it only for a shorter path under max_depth.
-        if pages:
-            self.redis.hset(keys.seen(self.job_id), mapping={url: f"x{depth}" for url, depth in pages})
+        self.frontier.mark_seen(self.job_id, {url: f"x{depth}" for url, depth in pages})
 
     def reset(self) -> None:
-        self.redis.delete(keys.seen(self.job_id))
+        self.frontier.clear_seen(self.job_id)
 
 
 class BloomSeenSet:

@@ -26,6 +26,7 @@ from lxml import etree
 from protego import Protego
 from redis import Redis
 
+from crawler import keys
 from crawler.errors import Reason
 from crawler.fetch.netguard import parse_networks
 from crawler.lru import ENTRY_OVERHEAD, LRU
@@ -58,7 +59,7 @@ def robots_scope(allow_networks: tuple[str, ...], resolve: tuple[tuple[str, str]
 
 
 def robots_key(origin: str, scope: str) -> str:
-    return f"c:robots:{scope}:{origin}"
+    return keys.robots(origin, scope)
 
 
 def policy_size(key: str, policy: RobotsPolicy) -> int:

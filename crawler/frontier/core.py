@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis import Redis
+from redis.commands.core import Script
+from redis.typing import EncodableT, FieldT
 
-from crawler import liveshards
-from crawler.frontier import keys, lua
+from crawler import keys
+from crawler.frontier import liveshards, lua
 from crawler.frontier.entry import Entry
 from crawler.sharding import shard_of_url
 from crawler.urls import host_key
@@ -53,6 +55,14 @@ class Fetched:
 
 
 @dataclass(frozen=True)
+class HostStats:
+    host: str
+    delay: float | None  # its own delay, if it has one (else the job's applies)
+    inflight: int
+    queued: int
+
+
+@dataclass(frozen=True)
 class Reaped:
     returned: int
     token: str
@@ -61,6 +71,10 @@ class Reaped:
 
 def new_token() -> str:
     return uuid.uuid4().hex[:16]
+
+
+def _str(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
 
 
 def _flat(leases: Iterable[Lease]) -> list[str]:
@@ -72,12 +86,21 @@ class Frontier:
         self.redis = redis
         self._admit = redis.register_script(lua.ADMIT)
         self._dispatch = redis.register_script(lua.DISPATCH)
-        self._begin = redis.register_script(lua.BEGIN)
+        self._confirm = redis.register_script(lua.CONFIRM)
         self._renew = redis.register_script(lua.RENEW)
         self._fetched = redis.register_script(lua.FETCHED)
         self._release = redis.register_script(lua.RELEASE)
         self._reap = redis.register_script(lua.REAP)
         self._promote = redis.register_script(lua.PROMOTE)
+        self._pause = redis.register_script(lua.PAUSE)
+        self._resume = redis.register_script(lua.RESUME)
+        self._claim_cycle = redis.register_script(lua.CLAIM_CYCLE)
+        self._run_cycle = redis.register_script(lua.RUN_CYCLE)
+
+    def _call(self, script: Script, job: str, *args: str | int | float, client: Any = None) -> Any:
+        """Run a frontier script for ``job``: KEYS ``lua.job_keys``, ARGV the key prefix, the job
+        and ``args`` (see ``lua``)."""
+        return script(keys=lua.job_keys(job), args=[keys.prefix(job), job, *args], client=client or self.redis)
 
     def admit(self, job: str, entries: Sequence[Entry], shards: int, *, token: str = "",
               budget: int = 0, max_depth: int = 0, host_budget: int = 0, trusted: bool = False,
@@ -93,17 +116,18 @@ class Frontier:
         composition each time it is delivered; each is admitted once, and the ``last`` one,
         called after all the others, ends the batch.
         """
-        args: list[str | int | float] = [keys.prefix(job), job, token, now or time.time(), budget, max_depth,
-                                         host_budget, int(trusted), "" if part is None else part, int(last)]
+        args: list[str | int | float] = [token, now or time.time(), budget, max_depth, host_budget, int(trusted),
+                                         "" if part is None else part, int(last)]
         # Hosts of a shard that is down queue on its backup (a stale view is swept: rebalance).
         down = liveshards.down(self.redis, shards)
         for e in entries:
             args += [e.url, host_key(e.url), shard_of_url(e.url, shards, down), e.encode()]
-        return [u.decode() for u in self._admit(args=args)]
+        # ADMIT names its fixed keys from the prefix, not KEYS (see ``lua``).
+        return [u.decode() for u in self._admit(args=[keys.prefix(job), job, *args])]
 
     def pending(self, job: str, token: str) -> bool:
         """Whether link batch ``token`` is registered and not yet wholly admitted."""
-        return self.redis.zscore(keys.prefix(job) + "pend", token) is not None
+        return self.redis.zscore(keys.pending_links(job), token) is not None
 
     def expect(self, job: str, batches: Mapping[str, Any] | Sequence[str], lease_timeout: float = 60.0) -> None:
         """Register link batches on their way to dedup, so the job is not done before them.
@@ -112,12 +136,11 @@ class Frontier:
         the dispatcher after ``lease_timeout`` (``overdue_links``)."""
         if not batches:
             return
-        p = keys.prefix(job)
         deadline = time.time() + lease_timeout
         pipe = self.redis.pipeline(transaction=False)
-        pipe.zadd(p + "pend", dict.fromkeys(batches, deadline))
+        pipe.zadd(keys.pending_links(job), dict.fromkeys(batches, deadline))
         if isinstance(batches, Mapping):
-            pipe.hset(p + "pendb", mapping={t: json.dumps(links) for t, links in batches.items()})
+            pipe.hset(keys.pending_link_bodies(job), mapping={t: json.dumps(links) for t, links in batches.items()})
         pipe.execute()
 
     def overdue_links(self, job: str, lease_timeout: float, now: float | None = None,
@@ -125,12 +148,12 @@ class Frontier:
         """Link batches registered and still not admitted after their deadline: (token, links)
         to send to dedup again (admission is once per token, so a late original is harmless)."""
         now = time.time() if now is None else now
-        p = keys.prefix(job)
-        tokens = [t.decode() for t in self.redis.zrangebyscore(p + "pend", "-inf", now, start=0, num=limit)]
+        pend = keys.pending_links(job)
+        tokens = [t.decode() for t in self.redis.zrangebyscore(pend, "-inf", now, start=0, num=limit)]
         if not tokens:
             return []
-        self.redis.zadd(p + "pend", dict.fromkeys(tokens, now + lease_timeout), xx=True)
-        raw = self.redis.hmget(p + "pendb", tokens)
+        self.redis.zadd(pend, dict.fromkeys(tokens, now + lease_timeout), xx=True)
+        raw = self.redis.hmget(keys.pending_link_bodies(job), tokens)
         return [(t, json.loads(r)) for t, r in zip(tokens, raw, strict=True) if r is not None]
 
     def dispatch(self, job: str, shard: int, *, max_urls: int, per_host: int, delay: float,
@@ -141,19 +164,20 @@ class Frontier:
         lease nothing until this many slots are free."""
         now = time.time() if now is None else now
         token = new_token()
-        flat, nxt, slots = self._dispatch(args=[keys.prefix(job), job, shard, now, max_urls, per_host, delay,
-                                                now + lease_timeout, token, concurrency, per_ip, batch, min_free])
+        flat, nxt, slots = self._call(self._dispatch, job, shard, now, max_urls, per_host, delay,
+                                      now + lease_timeout, token, concurrency, per_ip, batch, min_free)
         items = [(Entry.decode(flat[i]), flat[i + 1].decode()) for i in range(0, len(flat), 2)]
         due = float(nxt) if nxt else None
         return Dispatched(token, items, due if due is not None and due < lua.PARKED else None, int(slots) == 0,
                           batch)
 
-    def begin(self, job: str, leases: Sequence[Lease], lease_timeout: float) -> list[bool]:
-        """Which of these leases the caller still holds (a redelivered batch whose leases expired
-        and went to someone else must not fetch them again); renews those it holds."""
+    def confirm(self, job: str, leases: Sequence[Lease], lease_timeout: float) -> list[bool]:
+        """Before fetching: which of these leases the caller still holds (a redelivered batch
+        whose leases expired and went to someone else must not fetch them again); renews those
+        it holds for ``lease_timeout``."""
         if not leases:
             return []
-        res = self._begin(args=[keys.prefix(job), job, time.time() + lease_timeout, *_flat(leases)])
+        res = self._call(self._confirm, job, time.time() + lease_timeout, *_flat(leases))
         return [bool(r) for r in res]
 
     def renew(self, job: str, leases: Sequence[Lease], lease_timeout: float, *, extra: float = 0.0) -> int:
@@ -163,7 +187,7 @@ class Frontier:
         if not leases:
             return 0
         deadline = time.time() + lease_timeout + extra
-        return int(self._renew(args=[keys.prefix(job), job, deadline, *_flat(leases)]))
+        return int(self._call(self._renew, job, deadline, *_flat(leases)))
 
     def fetched(self, job: str, done: Sequence[Fetched], *, lease_timeout: float, delay: float,
                 pipe: object | None = None) -> None:
@@ -173,14 +197,13 @@ class Frontier:
         if done:
             now = time.time()
             flat = [part for f in done for part in (f.url, f.token, f.retry_at, f.ip)]
-            self._fetched(args=[keys.prefix(job), job, now, now + lease_timeout, delay, *flat],
-                          client=pipe or self.redis)
+            self._call(self._fetched, job, now, now + lease_timeout, delay, *flat, client=pipe)
 
     def release(self, job: str, leases: Sequence[Lease], *, delay: float, max_depth: int = 0) -> int:
         """The pages are stored: end their leases. Returns how many this call ended."""
         if not leases:
             return 0
-        return int(self._release(args=[keys.prefix(job), job, time.time(), delay, max_depth, *_flat(leases)]))
+        return int(self._call(self._release, job, time.time(), delay, max_depth, *_flat(leases)))
 
     def reap(self, job: str, *, delay: float, max_attempts: int, now: float | None = None,
              limit: int = 1000) -> Reaped:
@@ -188,16 +211,106 @@ class Frontier:
         those out of attempts are re-leased under ``Reaped.token`` for the caller to store as
         failed (``lease_expired``)."""
         token = new_token()
-        back, gone = self._reap(args=[keys.prefix(job), job, now or time.time(), delay, limit, max_attempts, token])
+        back, gone = self._call(self._reap, job, now or time.time(), delay, limit, max_attempts, token)
         abandoned = [(Entry.decode(gone[i]), int(gone[i + 1])) for i in range(0, len(gone), 2)]
         return Reaped(int(back), token, abandoned)
 
     def promote(self, job: str, *, now: float | None = None, limit: int = 1000) -> float | None:
         """Move retries whose backoff is over back to their host queues; return when the next
         one is due, if any."""
-        _moved, nxt = self._promote(args=[keys.prefix(job), job, now or time.time(), limit])
+        _moved, nxt = self._call(self._promote, job, now or time.time(), limit)
         return float(nxt) if nxt else None
 
     def queued(self, job: str, shard: int) -> int:
         """Hosts waiting in a shard's ready set (for status and tests)."""
         return int(self.redis.zcard(keys.ready(job, shard)))
+
+    # -- what other modules need of the frontier's records --------------------------------
+
+    def active_jobs(self) -> list[str]:
+        """Jobs that may have work to dispatch (the admit and done scripts keep the set)."""
+        return sorted(_str(m) for m in self.redis.smembers(keys.JOBS))
+
+    def count(self, job: str, **deltas: int) -> None:
+        """Add to the job's counters, beside those the scripts keep."""
+        pipe = self.redis.pipeline(transaction=False)
+        for name, delta in deltas.items():
+            if delta:
+                pipe.hincrby(keys.counters(job), name, delta)
+        pipe.execute()
+
+    def host_stats(self, job: str) -> list[HostStats]:
+        """Every host the job has a delay of its own for, requests in flight to, or a queue for,
+        by name."""
+        delays = {_str(k): float(v) for k, v in self.redis.hgetall(keys.host_delays(job)).items()}
+        inflight = {_str(k): int(v) for k, v in self.redis.hgetall(keys.host_inflight(job)).items()}
+        cut = len(keys.host_queue(job, ""))
+        queued = {_str(k)[cut:] for k in self.redis.scan_iter(keys.host_queue_pattern(job))}
+        names = sorted(set(delays) | set(inflight) | queued)
+        pipe = self.redis.pipeline(transaction=False)
+        for h in names:
+            pipe.llen(keys.host_queue(job, h))
+        return [HostStats(h, delays.get(h), inflight.get(h, 0), q)
+                for h, q in zip(names, pipe.execute(), strict=True)]
+
+    def host_delays(self, job: str, hosts: Sequence[str]) -> list[float | None]:
+        """The hosts' own delays (None: the job's applies)."""
+        if not hosts:
+            return []
+        return [None if raw is None else float(raw) for raw in self.redis.hmget(keys.host_delays(job), list(hosts))]
+
+    def set_host_delays(self, job: str, delays: Mapping[str, float], pipe: Any = None) -> None:
+        """Give hosts delays of their own (adaptive politeness); dispatch applies them.
+        ``pipe``: a pipeline to add the write to, executed by the caller."""
+        if delays:
+            fields: dict[FieldT, EncodableT] = {h: d for h, d in delays.items()}
+            (pipe or self.redis).hset(keys.host_delays(job), mapping=fields)
+
+    def add_host_admitted(self, job: str, per_host: Mapping[str, int]) -> None:
+        """Count URLs as admitted for their hosts' page budgets (a rebuilt job's stored pages)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for host, n in per_host.items():
+            pipe.hincrby(keys.host_admitted(job), host, n)
+        pipe.execute()
+
+    def mark_seen(self, job: str, marks: Mapping[str, str]) -> None:
+        """Set URLs' marks in the exact seen set: ``x<depth>`` stored, ``s`` skipped this cycle
+        (see ``lua``)."""
+        if marks:
+            fields: dict[FieldT, EncodableT] = {u: m for u, m in marks.items()}
+            self.redis.hset(keys.seen(job), mapping=fields)
+
+    def clear_seen(self, job: str) -> int:
+        """Forget which URLs the job has seen in the exact set. Returns keys deleted."""
+        return int(self.redis.delete(keys.seen(job)))
+
+    def reset_admitted(self, job: str) -> None:
+        """Restart the count the job's page budget (``max_pages``) is checked against."""
+        self.redis.hset(keys.counters(job), "admitted", 0)
+
+    def reset_seen(self, job: str) -> None:
+        """Forget which URLs the job has seen and how many each host had admitted (a periodic
+        job's new cycle)."""
+        self.redis.delete(keys.seen(job), keys.host_admitted(job))
+
+    def pause(self, job: str) -> str:
+        """Running or waiting -> paused. Returns the status the job had ('' if none)."""
+        was = self._call(self._pause, job, time.time())
+        return was.decode() if was else ""
+
+    def resume(self, job: str, shards: int) -> str:
+        """Paused -> what it was, its ``shards`` woken. Returns the status the job had."""
+        was = self._call(self._resume, job, time.time(), shards)
+        return was.decode() if was else ""
+
+    def claim_cycle(self, job: str, now: float, following: float, stale: float) -> tuple[int, bool] | None:
+        """Start the periodic job's next cycle if it is due, once however many callers race:
+        (cycle, True) to the winner, (cycle, False) for a start that crashed and is older than
+        ``stale`` seconds, None otherwise. ``following``: when the cycle after it is due."""
+        got = self._call(self._claim_cycle, job, now, following, stale)
+        return (int(got[0]), bool(int(got[1]))) if got else None
+
+    def run_cycle(self, job: str, shards: int) -> bool:
+        """A starting cycle's work is queued: the job runs, its shards woken (done at once if
+        nothing is open). False if the job was not starting."""
+        return bool(self._call(self._run_cycle, job, time.time(), shards))

@@ -16,11 +16,11 @@ from typing import Any
 
 import redis
 
-from crawler import jobs, liveshards, takeover
-from crawler.frontier import keys
+from crawler import jobcache, keys
+from crawler.frontier import liveshards, takeover
 from crawler.frontier.core import Frontier
-from crawler.liveshards import LiveSet
-from crawler.rebalance import rebalance_if_changed
+from crawler.frontier.liveshards import LiveSet
+from crawler.frontier.rebalance import rebalance_if_changed
 from crawler.redisconn import block_timeout
 from crawler.sharding import standby
 
@@ -78,7 +78,7 @@ class Dispatcher:
         if now - self._last_check >= REAP_EVERY:
             self._last_check = now
             self._check_live(now)
-        active = jobs.active(self.redis)
+        active = self.frontier.active_jobs()
         if not active:
             return IDLE_SLEEP  # sleep on the wake lists: the next job or cycle pushes a wake
         wake_at = now + IDLE_WAIT
@@ -88,7 +88,7 @@ class Dispatcher:
             self._last_reap = {j: t for j, t in self._last_reap.items() if j in keep}
         for job_id in active:
             try:
-                job = jobs.load(self.redis, job_id)
+                job = jobcache.load(self.redis, job_id)
             except KeyError:
                 continue
             s = job.settings
@@ -124,7 +124,7 @@ class Dispatcher:
         if reaped.returned:
             log.warning("job %s: %d leases expired and went back to their host queues", job_id, reaped.returned)
         by_shard: dict[int, list[str]] = {}
-        shards = jobs.load(self.redis, job_id).settings.shards
+        shards = jobcache.load(self.redis, job_id).settings.shards
         down = self.live.shards(shards)
         for entry, shard in reaped.abandoned:
             shard = standby(shard, shards, down)

@@ -1,12 +1,20 @@
 """Lua scripts of the frontier. Each runs atomically in Redis, so a URL is admitted once,
 leased once, and returned exactly once, whatever number of workers run them at the same time.
 
-Conventions: ARGV[1] is the job's key prefix (``c:{job}:``) and ARGV[2] the job id. An entry is
-``"depth attempts n url referrer"`` (``crawler.frontier.entry``: the URL is its ``n`` bytes, read
-by ``entry_url``), always the last field of the records that hold one. A lease is the hash field
-``lease[url] = "token stage shard host ipkey entry"``, stage ``f`` while fetching and ``d`` once
-fetched; ``lexp`` holds its expiry. ``ipkey`` is the host's address once a fetch has learnt it
-(``ip[host]``), else ``h:<host>``: hosts on one address share ``ipinf[ipkey]``, and a host waiting
+Conventions: KEYS[] are the job's records whose names are known up front, the same for every
+script (``job_keys``; ``_bind`` binds them to ``KMETA``, ``KLEASE`` ...). ADMIT alone builds those
+names from the prefix instead: the admission tests count the URLs of each call from its
+argument count in the slowlog (``EVALSHA sha 0``, 10 fixed, 4 per URL). Keys named after
+data the script reads (a host's queue ``q:<host>``, a shard's ready set ``ready:<shard>``, an
+address wait ``ipwait:<ipkey>``, a cycle ``cyc:<n>``, a link batch's parts ``pendc:<token>``, a
+shard's wake list ``c:wake:<shard>``) cannot be declared in advance: they are built from ARGV[1],
+the job's key prefix (``c:{job}:``), which is why the job's keys share one hash tag. ARGV[2] is
+the job id. An entry is ``"depth attempts n url referrer"`` (``crawler.frontier.entry``: the URL
+is its ``n`` bytes, read by ``entry_url``), always the last field of the records that hold one.
+A lease is the hash field ``lease[url] = "token stage shard host ipkey entry"``
+(``records.Lease``), stage ``f`` while fetching and ``d`` once fetched; ``lexp`` holds its expiry.
+``ipkey`` is the host's address once a fetch has learnt it (``ip[host]``), else ``h:<host>``:
+hosts on one address share ``ipinf[ipkey]``, and a host waiting
 for its address's budget sits in ``ipwait:<ipkey>`` until a slot frees.
 
 A host is in its shard's ``ready`` zset while it has queued URLs, scored by when it may next be
@@ -25,24 +33,50 @@ instead of piling up fetched pages whose leases run out.
 
 from __future__ import annotations
 
+from crawler import keys
+
 PARKED = 1e12
 
+
+# The job's records every script may touch whose names are known up front: (Lua local, name).
+_FIXED = [("KMETA", "meta"), ("KCNT", "cnt"), ("KSEEN", "seen"), ("KLEASE", "lease"), ("KLEXP", "lexp"),
+          ("KRETRY", "retry"), ("KINF", "inf"), ("KIPINF", "ipinf"), ("KIP", "ip"), ("KNEXT", "next"),
+          ("KDELAY", "delay"), ("KHOSTN", "hostn"), ("KPEND", "pend"), ("KPENDB", "pendb")]
+
+
+def job_keys(job: str) -> list[str]:
+    """KEYS[] of every script here but ADMIT: ``_FIXED`` in order, then ``c:jobs``."""
+    return [keys.meta(job), keys.counters(job), keys.seen(job), keys.leases(job), keys.lease_expiry(job),
+            keys.retries(job), keys.host_inflight(job), keys.ip_inflight(job), keys.host_ip(job),
+            keys.host_next(job), keys.host_delays(job), keys.host_admitted(job), keys.pending_links(job),
+            keys.pending_link_bodies(job), keys.JOBS]
+
+
+def _bind(declared: bool) -> str:
+    if declared:
+        lines = [f"local {local} = KEYS[{i}]" for i, (local, _) in enumerate(_FIXED, start=1)]
+        lines.append(f"local KJOBS = KEYS[{len(_FIXED) + 1}]")
+    else:
+        lines = [f"local {local} = P .. '{name}'" for local, name in _FIXED]
+        lines.append(f"local KJOBS = '{keys.JOBS}'")
+    return "\n".join(lines) + "\n"
+
+
 _HELPERS = f"""
-local P = ARGV[1]
 local PARKED = {PARKED:.0f}
 local function wake(shard)
   redis.call('LPUSH', 'c:wake:' .. shard, '1')
   redis.call('LTRIM', 'c:wake:' .. shard, 0, 0)
 end
 local function host_delay(host, default)
-  return tonumber(redis.call('HGET', P .. 'delay', host) or default)
+  return tonumber(redis.call('HGET', KDELAY, host) or default)
 end
 -- A host with queued URLs becomes due at t, unless it is already scheduled (due or waiting out
 -- its delay). A parked host is left parked only when ``keep_parked`` is set.
 local function schedule(host, shard, t, keep_parked)
   if redis.call('LLEN', P .. 'q:' .. host) == 0 then return end
   -- Never earlier than the host's delay allows, even if it left the ready set meanwhile.
-  local earliest = tonumber(redis.call('HGET', P .. 'next', host))
+  local earliest = tonumber(redis.call('HGET', KNEXT, host))
   if earliest and earliest > t then t = earliest end
   local key = P .. 'ready:' .. shard
   local s = redis.call('ZSCORE', key, host)
@@ -52,19 +86,19 @@ local function schedule(host, shard, t, keep_parked)
   end
 end
 local function ip_key(host)
-  local ip = redis.call('HGET', P .. 'ip', host)
+  local ip = redis.call('HGET', KIP, host)
   if ip then return ip end
   return 'h:' .. host
 end
 -- One request to host finished or was abandoned: free its slots and let the host go again
 -- after its delay, and hosts that waited for the address's budget go now.
 local function release_slot(host, shard, ipk, now, default_delay)
-  local left = redis.call('HINCRBY', P .. 'inf', host, -1)
-  if left <= 0 then redis.call('HDEL', P .. 'inf', host) end
-  if redis.call('HINCRBY', P .. 'ipinf', ipk, -1) <= 0 then redis.call('HDEL', P .. 'ipinf', ipk) end
-  redis.call('HINCRBY', P .. 'cnt', 'inflight', -1)
+  local left = redis.call('HINCRBY', KINF, host, -1)
+  if left <= 0 then redis.call('HDEL', KINF, host) end
+  if redis.call('HINCRBY', KIPINF, ipk, -1) <= 0 then redis.call('HDEL', KIPINF, ipk) end
+  redis.call('HINCRBY', KCNT, 'inflight', -1)
   local d = host_delay(host, default_delay)
-  if d > 0 then redis.call('HSET', P .. 'next', host, now + d) end
+  if d > 0 then redis.call('HSET', KNEXT, host, now + d) end
   schedule(host, shard, now + d, false)
   local waiting = redis.call('SMEMBERS', P .. 'ipwait:' .. ipk)
   if #waiting > 0 then
@@ -77,23 +111,23 @@ local function release_slot(host, shard, ipk, now, default_delay)
 end
 -- A job whose URLs are all stored is done; a periodic one waits for its next cycle.
 local function done_check(now)
-  local open = tonumber(redis.call('HGET', P .. 'cnt', 'open') or '0')
-  if open <= 0 and redis.call('ZCARD', P .. 'pend') == 0
-      and redis.call('HGET', P .. 'meta', 'status') == 'running' then
-    local cycle = redis.call('HGET', P .. 'meta', 'cycle')
+  local open = tonumber(redis.call('HGET', KCNT, 'open') or '0')
+  if open <= 0 and redis.call('ZCARD', KPEND) == 0
+      and redis.call('HGET', KMETA, 'status') == 'running' then
+    local cycle = redis.call('HGET', KMETA, 'cycle')
     local status = 'done'
     if cycle then
       status = 'waiting'
       redis.call('HSET', P .. 'cyc:' .. cycle, 'finished_at', now)
     end
-    redis.call('HSET', P .. 'meta', 'status', status, 'finished_at', now)
-    redis.call('SREM', 'c:jobs', ARGV[2])
+    redis.call('HSET', KMETA, 'status', status, 'finished_at', now)
+    redis.call('SREM', KJOBS, ARGV[2])
   end
 end
 -- The job dispatches again: in the active set, its shards woken, done at once if nothing is open.
 local function run_job(now, shards)
-  redis.call('HSET', P .. 'meta', 'status', 'running')
-  redis.call('SADD', 'c:jobs', ARGV[2])
+  redis.call('HSET', KMETA, 'status', 'running')
+  redis.call('SADD', KJOBS, ARGV[2])
   for shard = 0, shards - 1 do wake(shard) end
   done_check(now)
 end
@@ -124,45 +158,49 @@ local function parse_lease(l)
 end
 """
 
+
+def _prelude(declared: bool = True) -> str:
+    return "local P = ARGV[1]\n" + _bind(declared) + _HELPERS
+
 # ARGV: prefix, job, token, now, budget, max_depth, host_budget, trusted, part, last, then (url,
 # host, shard, entry). ``trusted`` = 1: the URLs were judged new already (by the Bloom filter), so
 # the exact seen hash is neither read nor written. A big link batch is admitted in parts, one call
 # each, so no call holds Redis for long: ``part`` (0, 1, ...; '' for a batch in one call) is
 # recorded in ``pendc:<token>`` so a redelivered batch skips the parts admitted already, and the
 # ``last`` part ('1') ends the batch, as a whole batch does.
-ADMIT = _HELPERS + """
+ADMIT = _prelude(declared=False) + """
 local token, now, budget, maxd = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local host_budget, trusted = tonumber(ARGV[7]), ARGV[8] == '1'
 local part, last = ARGV[9], ARGV[10] == '1'
 if token ~= '' then
   if part ~= '' and not last then
-    if not redis.call('ZSCORE', P .. 'pend', token) then
+    if not redis.call('ZSCORE', KPEND, token) then
       return {}  -- the whole batch was admitted before
     end
     if redis.call('SADD', P .. 'pendc:' .. token, part) == 0 then
       return {}  -- this part was admitted before: a redelivery
     end
   else
-    if redis.call('ZREM', P .. 'pend', token) == 0 then
+    if redis.call('ZREM', KPEND, token) == 0 then
       return {}  -- this link batch was admitted before: a redelivery
     end
-    redis.call('HDEL', P .. 'pendb', token)
+    redis.call('HDEL', KPENDB, token)
     redis.call('DEL', P .. 'pendc:' .. token)
   end
 end
-local status = redis.call('HGET', P .. 'meta', 'status')
+local status = redis.call('HGET', KMETA, 'status')
 if status ~= 'running' and status ~= 'paused' and status ~= 'starting' then
   done_check(now)
   return {}
 end
-local cnt, seen = P .. 'cnt', P .. 'seen'
+local cnt, seen = KCNT, KSEEN
 local admitted = tonumber(redis.call('HGET', cnt, 'admitted') or '0')
 local new, dup, over, again, over_host = {}, 0, 0, 0, 0
 -- Pages per host, read once per host and written once per host at the end: a batch's URLs
 -- share few hosts, and the budget is on by default.
 local hostn, grew = {}, {}
 local function host_count(host)
-  if not hostn[host] then hostn[host] = tonumber(redis.call('HGET', P .. 'hostn', host) or '0') end
+  if not hostn[host] then hostn[host] = tonumber(redis.call('HGET', KHOSTN, host) or '0') end
   return hostn[host]
 end
 for i = 11, #ARGV, 4 do
@@ -207,7 +245,7 @@ for i = 11, #ARGV, 4 do
   end
 end
 redis.call('HSET', cnt, 'admitted', admitted)
-for host, n in pairs(grew) do redis.call('HINCRBY', P .. 'hostn', host, n) end
+for host, n in pairs(grew) do redis.call('HINCRBY', KHOSTN, host, n) end
 if #new > 0 then redis.call('HINCRBY', cnt, 'open', #new) end
 if dup > 0 then redis.call('HINCRBY', cnt, 'duplicates', dup) end
 if over > 0 then redis.call('HINCRBY', cnt, 'dropped_max_pages', over) end
@@ -225,7 +263,7 @@ return new
 # and re-dispatching them one small task at a time would keep every later task as small (each
 # task costs the same Celery overhead whatever its size). Returns {entries and hosts
 # interleaved, next due time or '', free slots (-1: not running; 0: wait for more to finish)}.
-DISPATCH = _HELPERS + """
+DISPATCH = _prelude() + """
 local shard, now = ARGV[3], tonumber(ARGV[4])
 local max_urls, per_host, delay = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local deadline, token, concurrency = ARGV[8], ARGV[9], tonumber(ARGV[10])
@@ -235,8 +273,8 @@ local rkey = P .. 'ready:' .. shard
 local leased = 0
 local out = {}
 local slots = -1
-if redis.call('HGET', P .. 'meta', 'status') == 'running' then
-  local cnt = P .. 'cnt'
+if redis.call('HGET', KMETA, 'status') == 'running' then
+  local cnt = KCNT
   local busy = tonumber(redis.call('HGET', cnt, 'inflight') or '0') + tonumber(redis.call('HGET', cnt, 'held') or '0')
   slots = math.min(max_urls, concurrency - busy)
   if busy > 0 and slots < min_free then slots = 0 end
@@ -246,9 +284,9 @@ if redis.call('HGET', P .. 'meta', 'status') == 'running' then
     for _, host in ipairs(hosts) do
       if slots <= 0 then break end
       local qkey = P .. 'q:' .. host
-      local inf = tonumber(redis.call('HGET', P .. 'inf', host) or '0')
+      local inf = tonumber(redis.call('HGET', KINF, host) or '0')
       local ipk = ip_key(host)
-      local ipinf = tonumber(redis.call('HGET', P .. 'ipinf', ipk) or '0')
+      local ipinf = tonumber(redis.call('HGET', KIPINF, ipk) or '0')
       local hdelay = host_delay(host, delay)
       local take = math.min(per_host - inf, per_ip - ipinf, slots)
       -- With a delay, requests to one host start one at a time, ``delay`` apart.
@@ -258,13 +296,13 @@ if redis.call('HGET', P .. 'meta', 'status') == 'running' then
         local e = redis.call('LPOP', qkey)
         if not e then break end
         local url = entry_url(e)
-        local best = tonumber(redis.call('HGET', P .. 'seen', url))
+        local best = tonumber(redis.call('HGET', KSEEN, url))
         if best and best < entry_depth(e) then e = with_depth(e, best) end
         local t = token
         if batch > 0 then t = token .. '.' .. math.floor(leased / batch) end
         leased = leased + 1
-        redis.call('HSET', P .. 'lease', url, t .. ' f ' .. shard .. ' ' .. host .. ' ' .. ipk .. ' ' .. e)
-        redis.call('ZADD', P .. 'lexp', deadline, url)
+        redis.call('HSET', KLEASE, url, t .. ' f ' .. shard .. ' ' .. host .. ' ' .. ipk .. ' ' .. e)
+        redis.call('ZADD', KLEXP, deadline, url)
         out[#out + 1] = e
         out[#out + 1] = host
         got = got + 1
@@ -273,9 +311,9 @@ if redis.call('HGET', P .. 'meta', 'status') == 'running' then
       total = total + got
       inf = inf + got
       if got > 0 then
-        redis.call('HSET', P .. 'inf', host, inf)
-        redis.call('HINCRBY', P .. 'ipinf', ipk, got)
-        if hdelay > 0 then redis.call('HSET', P .. 'next', host, now + hdelay) end
+        redis.call('HSET', KINF, host, inf)
+        redis.call('HINCRBY', KIPINF, ipk, got)
+        if hdelay > 0 then redis.call('HSET', KNEXT, host, now + hdelay) end
       end
       if redis.call('LLEN', qkey) == 0 then
         redis.call('ZREM', rkey, host)
@@ -302,15 +340,15 @@ return {out, nxt, slots}
 
 # ARGV: prefix, job, lease_deadline, then (url, token) pairs. Returns 1/0 per pair: whether
 # this holder still owns the lease and should fetch.
-BEGIN = _HELPERS + """
+CONFIRM = _prelude() + """
 local res = {}
 for i = 4, #ARGV, 2 do
-  local l = redis.call('HGET', P .. 'lease', ARGV[i])
+  local l = redis.call('HGET', KLEASE, ARGV[i])
   local ok = 0
   if l then
     local t, st = parse_lease(l)
     if t == ARGV[i + 1] and st == 'f' then
-      redis.call('ZADD', P .. 'lexp', ARGV[3], ARGV[i])
+      redis.call('ZADD', KLEXP, ARGV[3], ARGV[i])
       ok = 1
     end
   end
@@ -323,13 +361,13 @@ return res
 # holder still owns (either stage) out to the deadline, never earlier than it was: parse and store
 # renew the pages they hold, and a store waiting out an outage renews them past its next try.
 # Returns how many were renewed.
-RENEW = _HELPERS + """
+RENEW = _prelude() + """
 local deadline, n = tonumber(ARGV[3]), 0
 for i = 4, #ARGV, 2 do
-  local l = redis.call('HGET', P .. 'lease', ARGV[i])
+  local l = redis.call('HGET', KLEASE, ARGV[i])
   if l and parse_lease(l) == ARGV[i + 1] then
-    local cur = tonumber(redis.call('ZSCORE', P .. 'lexp', ARGV[i]) or '0')
-    if deadline > cur then redis.call('ZADD', P .. 'lexp', deadline, ARGV[i]) end
+    local cur = tonumber(redis.call('ZSCORE', KLEXP, ARGV[i]) or '0')
+    if deadline > cur then redis.call('ZADD', KLEXP, deadline, ARGV[i]) end
     n = n + 1
   end
 end
@@ -339,25 +377,25 @@ return n
 # ARGV: prefix, job, now, lease_deadline, delay, then (url, token, retry_at, ip) per request.
 # retry_at > 0 sends the URL to the retry set, due then, with one more attempt counted; ip, when
 # known, becomes the host's address for the per-address budget.
-FETCHED = _HELPERS + """
+FETCHED = _prelude() + """
 local now, deadline, delay = tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local n, retried, held = 0, 0, 0
 for i = 6, #ARGV, 4 do
   local url, retry_at, ip = ARGV[i], tonumber(ARGV[i + 2]), ARGV[i + 3]
-  local l = redis.call('HGET', P .. 'lease', url)
+  local l = redis.call('HGET', KLEASE, url)
   if l then
     local t, st, shard, host, ipk, e = parse_lease(l)
     if t == ARGV[i + 1] and st == 'f' then
-      if ip ~= '' then redis.call('HSET', P .. 'ip', host, ip) end
+      if ip ~= '' then redis.call('HSET', KIP, host, ip) end
       if retry_at > 0 then
-        redis.call('HDEL', P .. 'lease', url)
-        redis.call('ZREM', P .. 'lexp', url)
+        redis.call('HDEL', KLEASE, url)
+        redis.call('ZREM', KLEXP, url)
         local again = next_attempt(e)
-        redis.call('ZADD', P .. 'retry', retry_at, shard .. ' ' .. host .. ' ' .. again)
+        redis.call('ZADD', KRETRY, retry_at, shard .. ' ' .. host .. ' ' .. again)
         retried = retried + 1
       else
-        redis.call('HSET', P .. 'lease', url, t .. ' d ' .. shard .. ' ' .. host .. ' ' .. ipk .. ' ' .. e)
-        redis.call('ZADD', P .. 'lexp', deadline, url)
+        redis.call('HSET', KLEASE, url, t .. ' d ' .. shard .. ' ' .. host .. ' ' .. ipk .. ' ' .. e)
+        redis.call('ZADD', KLEXP, deadline, url)
         held = held + 1
       end
       release_slot(host, shard, ipk, now, delay)
@@ -365,46 +403,46 @@ for i = 6, #ARGV, 4 do
     end
   end
 end
-if retried > 0 then redis.call('HINCRBY', P .. 'cnt', 'retried', retried) end
-if held > 0 then redis.call('HINCRBY', P .. 'cnt', 'held', held) end
+if retried > 0 then redis.call('HINCRBY', KCNT, 'retried', retried) end
+if held > 0 then redis.call('HINCRBY', KCNT, 'held', held) end
 return n
 """
 
 # ARGV: prefix, job, now, delay, max_depth, then (url, token) pairs. Ends leases whose page is
 # stored; a page expanded at a depth that cut its links, while a shorter path to it turned up,
 # goes back to its queue once more instead.
-RELEASE = _HELPERS + """
+RELEASE = _prelude() + """
 local now, delay, maxd = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 local n, again, held = 0, 0, 0
 for i = 6, #ARGV, 2 do
   local url = ARGV[i]
-  local l = redis.call('HGET', P .. 'lease', url)
+  local l = redis.call('HGET', KLEASE, url)
   if l then
     local t, st, shard, host, ipk, e = parse_lease(l)
     if t == ARGV[i + 1] then
       if st == 'f' then release_slot(host, shard, ipk, now, delay) else held = held + 1 end
-      redis.call('HDEL', P .. 'lease', url)
-      redis.call('ZREM', P .. 'lexp', url)
+      redis.call('HDEL', KLEASE, url)
+      redis.call('ZREM', KLEXP, url)
       local ed = entry_depth(e)
       local best = false
-      if maxd > 0 then best = tonumber(redis.call('HGET', P .. 'seen', url)) end
+      if maxd > 0 then best = tonumber(redis.call('HGET', KSEEN, url)) end
       if best and best < ed and ed >= maxd and best < maxd then
         requeue(host, shard, with_depth(e, best), now)
         again = again + 1
       else
         -- Only depth-limited jobs need to know a URL was stored, and at what depth.
-        if maxd > 0 then redis.call('HSET', P .. 'seen', url, 'x' .. ed) end
+        if maxd > 0 then redis.call('HSET', KSEEN, url, 'x' .. ed) end
         n = n + 1
       end
     end
   end
 end
 if n > 0 then
-  redis.call('HINCRBY', P .. 'cnt', 'open', -n)
-  redis.call('HINCRBY', P .. 'cnt', 'stored', n)
+  redis.call('HINCRBY', KCNT, 'open', -n)
+  redis.call('HINCRBY', KCNT, 'stored', n)
 end
-if again > 0 then redis.call('HINCRBY', P .. 'cnt', 'depth_requeued', again) end
-if held > 0 then redis.call('HINCRBY', P .. 'cnt', 'held', -held) end
+if again > 0 then redis.call('HINCRBY', KCNT, 'depth_requeued', again) end
+if held > 0 then redis.call('HINCRBY', KCNT, 'held', -held) end
 done_check(now)
 return n
 """
@@ -413,48 +451,48 @@ return n
 # of their host queue with one more attempt counted; one whose attempts are spent is re-leased
 # under ``token`` as fetched and returned ({entry, shard} pairs), for the caller to store as
 # failed. Returns {returned to queue, abandoned pairs}.
-REAP = _HELPERS + """
+REAP = _prelude() + """
 local now, delay, limit, max_attempts, token = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]),
   tonumber(ARGV[6]), ARGV[7]
-local urls = redis.call('ZRANGEBYSCORE', P .. 'lexp', '-inf', now, 'LIMIT', 0, limit)
+local urls = redis.call('ZRANGEBYSCORE', KLEXP, '-inf', now, 'LIMIT', 0, limit)
 local back, gone, held = 0, {}, 0
 for _, url in ipairs(urls) do
-  local l = redis.call('HGET', P .. 'lease', url)
-  redis.call('ZREM', P .. 'lexp', url)
+  local l = redis.call('HGET', KLEASE, url)
+  redis.call('ZREM', KLEXP, url)
   if l then
     local t, st, shard, host, ipk, e = parse_lease(l)
     if st == 'f' then release_slot(host, shard, ipk, now, delay) else held = held - 1 end
     local again, attempts = next_attempt(e)
     if attempts >= max_attempts then
       held = held + 1  -- held again, for the failure to be stored
-      redis.call('HSET', P .. 'lease', url, token .. ' d ' .. shard .. ' ' .. host .. ' ' .. ipk .. ' ' .. again)
-      redis.call('ZADD', P .. 'lexp', now + 3600, url)
+      redis.call('HSET', KLEASE, url, token .. ' d ' .. shard .. ' ' .. host .. ' ' .. ipk .. ' ' .. again)
+      redis.call('ZADD', KLEXP, now + 3600, url)
       gone[#gone + 1] = again
       gone[#gone + 1] = shard
     else
-      redis.call('HDEL', P .. 'lease', url)
+      redis.call('HDEL', KLEASE, url)
       redis.call('LPUSH', P .. 'q:' .. host, again)
       schedule(host, shard, now, false)
       back = back + 1
     end
   end
 end
-if #urls > 0 then redis.call('HINCRBY', P .. 'cnt', 'lease_expired', #urls) end
-if held ~= 0 then redis.call('HINCRBY', P .. 'cnt', 'held', held) end
+if #urls > 0 then redis.call('HINCRBY', KCNT, 'lease_expired', #urls) end
+if held ~= 0 then redis.call('HINCRBY', KCNT, 'held', held) end
 return {back, gone}
 """
 
 # ARGV: prefix, job, now, limit. Retries whose backoff is over go back to their host queues.
 # Returns {moved, next due time or ''}.
-PROMOTE = _HELPERS + """
+PROMOTE = _prelude() + """
 local now, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
-local due = redis.call('ZRANGEBYSCORE', P .. 'retry', '-inf', now, 'LIMIT', 0, limit)
+local due = redis.call('ZRANGEBYSCORE', KRETRY, '-inf', now, 'LIMIT', 0, limit)
 for _, m in ipairs(due) do
   local shard, host, e = string.match(m, '^(%S+) (%S+) (.*)$')
-  redis.call('ZREM', P .. 'retry', m)
+  redis.call('ZREM', KRETRY, m)
   requeue(host, shard, e, now)
 end
-local first = redis.call('ZRANGE', P .. 'retry', 0, 0, 'WITHSCORES')
+local first = redis.call('ZRANGE', KRETRY, 0, 0, 'WITHSCORES')
 local nxt = ''
 if #first > 0 then nxt = first[2] end
 return {#due, nxt}
@@ -463,23 +501,23 @@ return {#due, nxt}
 # ARGV: prefix, job, now. Running -> paused (nothing more is dispatched; what is in flight
 # finishes and is stored); a periodic job waiting for its next cycle -> paused (no cycle starts).
 # Returns the status the job had.
-PAUSE = _HELPERS + """
-local status = redis.call('HGET', P .. 'meta', 'status')
+PAUSE = _prelude() + """
+local status = redis.call('HGET', KMETA, 'status')
 if status == 'running' or status == 'waiting' then
-  redis.call('HSET', P .. 'meta', 'status', 'paused', 'paused_from', status, 'paused_at', ARGV[3])
+  redis.call('HSET', KMETA, 'status', 'paused', 'paused_from', status, 'paused_at', ARGV[3])
 end
 return status
 """
 
 # ARGV: prefix, job, now, shards. Paused -> what it was, its shards woken; a job whose last
 # URLs were stored while it was paused is done (or waits for its next cycle) now.
-RESUME = _HELPERS + """
+RESUME = _prelude() + """
 local now, shards = tonumber(ARGV[3]), tonumber(ARGV[4])
-local status = redis.call('HGET', P .. 'meta', 'status')
+local status = redis.call('HGET', KMETA, 'status')
 if status ~= 'paused' then return status end
-local was = redis.call('HGET', P .. 'meta', 'paused_from') or 'running'
-redis.call('HDEL', P .. 'meta', 'paused_from', 'paused_at')
-if was == 'running' then run_job(now, shards) else redis.call('HSET', P .. 'meta', 'status', was) end
+local was = redis.call('HGET', KMETA, 'paused_from') or 'running'
+redis.call('HDEL', KMETA, 'paused_from', 'paused_at')
+if was == 'running' then run_job(now, shards) else redis.call('HSET', KMETA, 'status', was) end
 return 'paused'
 """
 
@@ -487,9 +525,9 @@ return 'paused'
 # starts it: the cycle number goes up, the status becomes 'starting'. Exactly one caller wins,
 # however many beats or ticks run at once. A start that crashed (still 'starting' after
 # ``stale`` seconds) is handed out again. Returns {cycle, 1 if fresh / 0 if resumed} or {}.
-CLAIM_CYCLE = _HELPERS + """
+CLAIM_CYCLE = _prelude() + """
 local now, nxt, stale = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
-local m = P .. 'meta'
+local m = KMETA
 local status = redis.call('HGET', m, 'status')
 local cycle = tonumber(redis.call('HGET', m, 'cycle') or '0')
 if status == 'starting' and tonumber(redis.call('HGET', m, 'cycle_started_at')) < now - stale then
@@ -507,9 +545,9 @@ return {cycle, 1}
 """
 
 # ARGV: prefix, job, now, shards. A cycle's work is queued: 'starting' -> running.
-RUN_CYCLE = _HELPERS + """
-if redis.call('HGET', P .. 'meta', 'status') ~= 'starting' then return 0 end
-redis.call('HDEL', P .. 'meta', 'start_stage')
+RUN_CYCLE = _prelude() + """
+if redis.call('HGET', KMETA, 'status') ~= 'starting' then return 0 end
+redis.call('HDEL', KMETA, 'start_stage')
 run_job(tonumber(ARGV[3]), tonumber(ARGV[4]))
 return 1
 """

@@ -13,11 +13,11 @@ from typing import Any, TypeVar, cast
 
 from redis import Redis
 
-from crawler import jobs
+from crawler import jobs, keys
 from crawler.dedup import SeenCache, SeenSet, seen_set
 from crawler.dedup.neardup import NearDuplicates
 from crawler.fetch import Fetcher
-from crawler.frontier import Frontier, keys
+from crawler.frontier import Frontier
 from crawler.jobs import Job
 from crawler.lru import LRU
 from crawler.messages import BadMessage

@@ -6,11 +6,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from crawler import jobs
+from crawler import jobs, keys
 from crawler.fetch import FetchConfig
 from crawler.fetch.client import FetchResult, runtime
 from crawler.fetch.robots import origin_of
-from crawler.frontier import Entry, Fetched, keys
+from crawler.frontier import Entry, Fetched
 from crawler.jobs import Job
 from crawler.messages import FetchedPage, LinkGroup
 from crawler.politeness import blocked_result
@@ -40,7 +40,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     s = job.settings
     ctx.check_places(job)
     entries = [Entry.decode(e) for e in raw_entries]
-    held = ctx.frontier.begin(job.id, [(e.url, token) for e in entries], s.lease_timeout)
+    held = ctx.frontier.confirm(job.id, [(e.url, token) for e in entries], s.lease_timeout)
     todo = [e for e, ok in zip(entries, held, strict=True) if ok]
     if len(todo) < len(entries):
         jobs.count(ctx.redis, job.id, stale_leases=len(entries) - len(todo))
@@ -85,8 +85,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
         pages.append(_page(ctx, e, r, body_key, archive, cycle, cycle_base, previous.get(e.url)))
         not_modified += r.status == 304
     delays = ctx.politeness.delay_updates(job, results, policies)
-    if delays:
-        pipe.hset(keys.prefix(job.id) + "delay", mapping=delays)  # type: ignore[arg-type]
+    ctx.frontier.set_host_delays(job.id, delays, pipe)
     jobs.count(pipe, job.id, fetched=len(pages), failed=failed, bytes=nbytes, not_modified=not_modified,
                fetch_tasks=1)
     jobs.count_cycle(pipe, job.id, cycle, fetched=len(pages), bytes=nbytes, not_modified=not_modified)

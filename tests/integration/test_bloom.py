@@ -10,9 +10,9 @@ import time
 import pytest
 import redis
 
+from crawler import keys
 from crawler.dedup.bloom import BloomSeen, Layer
 from crawler.dedup.bloom import _hashes as bloom_hashes
-from crawler.frontier import keys
 
 
 def test_sizing_follows_the_formulas() -> None:

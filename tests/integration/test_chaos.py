@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler import jobs
+from crawler import jobs, keys
 from crawler.cli import main
-from crawler.frontier import keys
-from crawler.rebalance import set_shards
+from crawler.jobs import set_shards
 from crawler.redis_server import RedisServer
 from crawler.redisconn import connect
 from crawler.settings import Settings

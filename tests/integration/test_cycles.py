@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler import cli, cycles, jobs
-from crawler.frontier import keys
+from crawler import cli, cycles, jobs, keys
 from crawler.settings import Settings
 from crawler.store import open_store
 from crawler.testweb import TestWeb

@@ -7,8 +7,8 @@ import time
 
 import redis
 
-from crawler import jobs
-from crawler.frontier import Entry, Fetched, Frontier, keys
+from crawler import jobs, keys
+from crawler.frontier import Entry, Fetched, Frontier
 from crawler.settings import Settings
 
 JOB = "job-t"
@@ -104,8 +104,8 @@ def test_expired_lease_returns_url_and_stale_holder_is_refused(r: redis.Redis) -
     again = f.dispatch(JOB, 0, max_urls=10, per_host=1, delay=0, lease_timeout=60, concurrency=10, now=now + 7)
     assert [e.url for e, _ in again.items] == [url]
     # The first holder's batch comes back late (a redelivery): it must not fetch.
-    assert f.begin(JOB, [(url, token)], 60) == [False]
-    assert f.begin(JOB, [(url, again.token)], 60) == [True]
+    assert f.confirm(JOB, [(url, token)], 60) == [False]
+    assert f.confirm(JOB, [(url, again.token)], 60) == [True]
     assert jobs.status(r, JOB)["counters"]["inflight"] == 1
 
 
@@ -256,5 +256,5 @@ def test_batches_are_leased_under_tokens_of_their_own(r: redis.Redis) -> None:
     tasks = d.batches()
     assert [len(e) for _, e in tasks] == [2, 2, 1]
     for token, entries in tasks:
-        assert f.begin(JOB, [(entries[0].url, d.token)], 60) == [False]
-        assert f.begin(JOB, [(e.url, token) for e in entries], 60) == [True] * len(entries)
+        assert f.confirm(JOB, [(entries[0].url, d.token)], 60) == [False]
+        assert f.confirm(JOB, [(e.url, token) for e in entries], 60) == [True] * len(entries)

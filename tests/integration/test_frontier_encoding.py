@@ -9,9 +9,9 @@ import time
 
 import redis
 
-from crawler import jobs
+from crawler import jobs, keys
 from crawler.errors import BadURL
-from crawler.frontier import Entry, Fetched, Frontier, keys
+from crawler.frontier import Entry, Fetched, Frontier
 from crawler.urls import canonicalize, host_key
 
 JOB = "job-enc"
@@ -62,7 +62,7 @@ def test_generated_urls_round_trip_through_admit_dispatch_and_leases(r: redis.Re
             assert host == host_key(e.url)
     assert {u: e for u, (e, _) in got.items()} == by_url  # depth, referrer and URL intact
     # The lease records hold the entries: the scripts must find each by its URL and parse it.
-    assert f.begin(JOB, [(u, t) for u, (_, t) in got.items()], 60) == [True] * len(got)
+    assert f.confirm(JOB, [(u, t) for u, (_, t) in got.items()], 60) == [True] * len(got)
 
     # Half retry (FETCHED parses the lease, PROMOTE the retry record), half go on to be stored.
     urls = sorted(got)

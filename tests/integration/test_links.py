@@ -15,10 +15,10 @@ from urllib.parse import parse_qs, urlsplit
 
 import redis
 
-from crawler import jobs, stages
+from crawler import jobs, keys, stages
 from crawler.dedup import ADMIT_CHUNK, admit_links
 from crawler.embedded import crawl
-from crawler.frontier import Entry, Frontier, keys
+from crawler.frontier import Entry, Frontier
 from crawler.messages import LinkGroup, groups_from_json, groups_to_json
 from crawler.settings import Settings
 from crawler.testweb import TestWeb

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler import jobs, stages
+from crawler import jobs, keys, stages
 from crawler.cli import main
-from crawler.frontier import Entry, keys
+from crawler.frontier import Entry
 from crawler.messages import FetchedPage, groups_from_json
 from crawler.recover import RecoverError, recover
 from crawler.settings import Settings

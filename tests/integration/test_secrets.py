@@ -17,9 +17,8 @@ import psycopg
 import pytest
 import redis
 
-from crawler import embedded, jobs
+from crawler import embedded, jobs, keys
 from crawler.cli import main as cli_main
-from crawler.frontier import keys
 from crawler.redis_server import RedisServer
 from crawler.settings import Settings
 from crawler.testweb import TestWeb

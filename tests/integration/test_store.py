@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler import jobs, stages
-from crawler.frontier import Entry, Fetched, keys
+from crawler import jobs, keys, stages
+from crawler.frontier import Entry, Fetched
 from crawler.messages import FetchedPage, groups_from_json
 from crawler.settings import Settings
 from crawler.store import StoreUnavailable, StoreURLError, open_store

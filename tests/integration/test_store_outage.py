@@ -19,8 +19,7 @@ import pytest
 import redis
 from warcio.archiveiterator import ArchiveIterator
 
-from crawler import jobs
-from crawler.frontier import keys
+from crawler import jobs, keys
 from crawler.pg_server import PgServer
 from crawler.settings import Settings
 from crawler.store import PageRecord, StoreUnavailable, open_store

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler import cli, jobs, liveshards, takeover
-from crawler.frontier import Entry, Frontier, keys
+from crawler import cli, jobs, keys
+from crawler.frontier import Entry, Frontier, liveshards, takeover
+from crawler.frontier.rebalance import GRACE, rebalance_if_changed
 from crawler.nodes import record_heartbeat
-from crawler.rebalance import GRACE, rebalance_if_changed
 from crawler.settings import Settings
 from crawler.sharding import queue_name, ranked_shards, shard_of_host
 from crawler.testweb import TestWeb

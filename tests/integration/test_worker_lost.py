@@ -14,8 +14,7 @@ from pathlib import Path
 
 import redis
 
-from crawler import jobs
-from crawler.frontier import keys
+from crawler import jobs, keys
 from crawler.settings import Settings
 from crawler.testweb import TestWeb
 from tests.conftest import Workers, wait_done

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from crawler.frontier.takeover import decide
 from crawler.settings import Settings
 from crawler.sharding import owner, ranked_shards, shard_of_domain, standby
-from crawler.takeover import decide
 
 DOMAINS = [f"site{i}.example{i % 7}.com" for i in range(5_000)]
 

@@ -1,9 +1,9 @@
 """The one record of which shards are down (taken over by their backups), in Redis.
 
-Any dispatcher may find that every worker of a shard fell silent (``crawler.takeover``), but
+Any dispatcher may find that every worker of a shard fell silent (``crawler.frontier.takeover``), but
 the record changes only by compare-and-set on its epoch, so each change is decided once however
 many dispatchers notice it at the same time. Everything that places a host or routes a message
-(admission, link routing, task queues, ``crawler.rebalance``) reads this record.
+(admission, link routing, task queues, ``crawler.frontier.rebalance``) reads this record.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from redis import Redis
 
-from crawler.frontier import keys
+from crawler import keys
 from crawler.sharding import standby
 
 # KEYS[1]: the record. ARGV: expected epoch, new down map (JSON), now, threshold. Returns 1 if

@@ -1,5 +1,5 @@
 """Changing a running job's shard count (the DHT design's REFRESH_TASK), or the set of its
-shards that are live (a dead shard's hosts taken over by their backups, ``crawler.takeover``).
+shards that are live (a dead shard's hosts taken over by their backups, ``crawler.frontier.takeover``).
 
 Shards own registered domains by rendezvous hashing, so when the count changes only the domains
 whose top shard changed move (about 1/N of them). Their hosts move between the shards' ready
@@ -12,7 +12,7 @@ decide); parse and store travel on the shared queue anyway.
 A takeover is the same migration with a set of shards ``down``: each of their hosts goes to the
 next shard in its own rendezvous ranking that is live, and back when the shard is live again.
 
-Workers learn the new count within ``jobs.load``'s cache age (the live set within
+Workers learn the new count within ``crawler.jobs.load``'s cache age (the live set within
 ``liveshards.CACHE_AGE``); for ``GRACE`` seconds after a change every dispatcher repeats the
 migration, which catches what a worker still working with the old view placed meanwhile. While a
 shard stays down, every dispatcher also sweeps its ready set and its queue each tick (``sweep``):
@@ -22,57 +22,71 @@ queue after the visibility timeout; a lease recorded before the change expires o
 
 from __future__ import annotations
 
-import json
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from redis import Redis
 
-from crawler import jobs, liveshards
-from crawler.errors import ConfigError, JobNotFound
-from crawler.frontier import keys
-from crawler.liveshards import LiveSet
+from crawler import keys
+from crawler.frontier import liveshards
+from crawler.frontier.liveshards import LiveSet
+from crawler.frontier.records import IpWait, Lease, Retry
 from crawler.sharding import queue_name, shard_of_host, standby
 
 GRACE = 20.0
-MAX_SHARDS = 1024
 
-# ARGV: prefix, job, then (kind, key, member, old, new, new shard) sextets. kind 'z': move
-# ``member`` from zset ``old`` to zset ``new`` keeping its score (only if still there); 'h': set
-# hash field ``member`` of ``key`` from value ``old`` to ``new`` (only if unchanged); 'r': in zset
-# ``key`` replace member ``old`` by ``new``, same score; 's': in set ``key`` replace ``old`` by
-# ``new``. Shards given get a wake. Returns how many moves applied.
+# Per move three KEYS (a, b, w) and four ARGV (kind, member, old, new). kind 'z': move ``member``
+# from zset a to zset b keeping its score (only if still there), then wake list w; 'h': set hash
+# field ``member`` of a from value ``old`` to ``new`` (only if unchanged); 'r': in zset a replace
+# member ``old`` by ``new``, same score; 's': in set a replace ``old`` by ``new``. Only 'z' wakes.
+# Returns how many moves applied.
 _MOVE = """
 local n = 0
-for i = 3, #ARGV, 6 do
-  local kind, key, member, old, new, shard = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5]
+for m = 0, #ARGV / 4 - 1 do
+  local kind, member, old, new = ARGV[4 * m + 1], ARGV[4 * m + 2], ARGV[4 * m + 3], ARGV[4 * m + 4]
+  local a, b, w = KEYS[3 * m + 1], KEYS[3 * m + 2], KEYS[3 * m + 3]
   local done = false
   if kind == 'z' then
-    local score = redis.call('ZSCORE', old, member)
+    local score = redis.call('ZSCORE', a, member)
     if score then
-      redis.call('ZREM', old, member)
-      local cur = redis.call('ZSCORE', new, member)
-      if (not cur) or tonumber(cur) > tonumber(score) then redis.call('ZADD', new, score, member) end
+      redis.call('ZREM', a, member)
+      local cur = redis.call('ZSCORE', b, member)
+      if (not cur) or tonumber(cur) > tonumber(score) then redis.call('ZADD', b, score, member) end
       done = true
     end
   elseif kind == 'h' then
-    if redis.call('HGET', key, member) == old then redis.call('HSET', key, member, new); done = true end
+    if redis.call('HGET', a, member) == old then redis.call('HSET', a, member, new); done = true end
   elseif kind == 'r' then
-    local score = redis.call('ZSCORE', key, old)
-    if score then redis.call('ZREM', key, old); redis.call('ZADD', key, score, new); done = true end
+    local score = redis.call('ZSCORE', a, old)
+    if score then redis.call('ZREM', a, old); redis.call('ZADD', a, score, new); done = true end
   elseif kind == 's' then
-    if redis.call('SREM', key, old) == 1 then redis.call('SADD', key, new); done = true end
+    if redis.call('SREM', a, old) == 1 then redis.call('SADD', a, new); done = true end
   end
   if done then
     n = n + 1
-    if shard ~= '' then
-      redis.call('LPUSH', 'c:wake:' .. shard, '1')
-      redis.call('LTRIM', 'c:wake:' .. shard, 0, 0)
+    if kind == 'z' then
+      redis.call('LPUSH', w, '1')
+      redis.call('LTRIM', w, 0, 0)
     end
   end
 end
 return n
 """
+
+_BATCH = 500  # moves per script call
+
+
+@dataclass(frozen=True)
+class _Move:
+    keys: tuple[str, str, str]
+    args: tuple[str, str, str, str]
+
+
+def _host_move(job_id: str, host: str, src: int, dst: int) -> _Move:
+    return _Move((keys.ready(job_id, src), keys.ready(job_id, dst), keys.wake(dst)), ("z", host, "", ""))
+
+
+def _record_move(kind: str, key: str, member: str, old: str, new: str) -> _Move:
+    return _Move((key, key, key), (kind, member, old, new))
 
 
 @dataclass(frozen=True)
@@ -83,30 +97,12 @@ class Moved:
     messages: int  # task messages moved off queues of shards that no longer exist or are down
 
 
-def set_shards(redis: Redis, job_id: str, shards: int) -> Moved:
-    """Give a running job ``shards`` shards and move what must move."""
-    if not 1 <= shards <= MAX_SHARDS:
-        raise ConfigError(f"shard count must be 1..{MAX_SHARDS}, got {shards}")
-    raw = redis.hget(keys.meta(job_id), "settings")
-    if raw is None:
-        raise JobNotFound(f"no such job: {job_id}")
-    values = json.loads(raw)
-    # The highest count the job ever had: queues and ready sets up to it may still hold work.
-    known = max(int(values["shards"]), shards, int(redis.hget(keys.meta(job_id), "shards_before") or 0))
-    values["shards"] = shards
-    redis.hset(keys.meta(job_id), mapping={"settings": json.dumps(values), "shards_changed_at": time.time(),
-                                           "shards_before": known})
-    jobs.forget(job_id)
-    return migrate(redis, job_id, shards, known, down=liveshards.read(redis).shards(shards))
-
-
 def migrate(redis: Redis, job_id: str, shards: int, known: int | None = None,
             down: frozenset[int] = frozenset()) -> Moved:
     """Put every host of the job on the shard that serves it for ``shards`` shards of which
     ``down`` are down."""
-    p = keys.prefix(job_id)
     known = max(shards, known or int(redis.hget(keys.meta(job_id), "shards_before") or shards))
-    moves: list[str] = []
+    moves: list[_Move] = []
     hosts: set[str] = set()
     moving: set[str] = set()
 
@@ -120,46 +116,46 @@ def migrate(redis: Redis, job_id: str, shards: int, known: int | None = None,
             t = target(host)
             if t != s:
                 moving.add(host)
-                moves += ["z", "", host, keys.ready(job_id, s), keys.ready(job_id, t), str(t)]
-    for url, value in redis.hscan_iter(p + "lease"):
+                moves.append(_host_move(job_id, host, s, t))
+    for url, value in redis.hscan_iter(keys.leases(job_id)):
         v = value.decode()
-        parts = v.split(" ", 5)  # token stage shard host ipkey entry
-        t = target(parts[3])
-        if int(parts[2]) != t:
-            moving.add(parts[3])
-            parts[2] = str(t)
-            moves += ["h", p + "lease", url.decode(), v, " ".join(parts), ""]
-    for member in redis.zrange(p + "retry", 0, -1):
+        lease = Lease.decode(v)
+        t = target(lease.host)
+        if lease.shard != t:
+            moving.add(lease.host)
+            moves.append(_record_move("h", keys.leases(job_id), url.decode(), v, replace(lease, shard=t).encode()))
+    for member in redis.zrange(keys.retries(job_id), 0, -1):
         m = member.decode()
-        shard, host, entry = m.split(" ", 2)
-        t = target(host)
-        if int(shard) != t:
-            moving.add(host)
-            moves += ["r", p + "retry", "", m, f"{t} {host} {entry}", ""]
-    for key in redis.scan_iter(p + "ipwait:*", count=1000):
+        retry = Retry.decode(m)
+        t = target(retry.host)
+        if retry.shard != t:
+            moving.add(retry.host)
+            moves.append(_record_move("r", keys.retries(job_id), "", m, replace(retry, shard=t).encode()))
+    for key in redis.scan_iter(keys.ip_wait_pattern(job_id), count=1000):
         for member in redis.smembers(key):
             m = member.decode()
-            shard, host = m.split(" ", 1)
-            t = target(host)
-            if int(shard) != t:
-                moves += ["s", key.decode(), "", m, f"{t} {host}", ""]
-    applied = _apply(redis, job_id, moves)
+            wait = IpWait.decode(m)
+            t = target(wait.host)
+            if wait.shard != t:
+                moves.append(_record_move("s", key.decode(), "", m, replace(wait, shard=t).encode()))
+    applied = _apply(redis, moves)
     messages = drain_queues(redis, shards, known, down)
     return Moved(len(moving), len(hosts), applied, messages)
 
 
-def _apply(redis: Redis, job_id: str, moves: list[str]) -> int:
+def _apply(redis: Redis, moves: list[_Move]) -> int:
     applied = 0
     script = redis.register_script(_MOVE)
-    for i in range(0, len(moves), 6 * 500):
-        applied += int(script(args=[keys.prefix(job_id), job_id, *moves[i : i + 6 * 500]]))
+    for i in range(0, len(moves), _BATCH):
+        batch = moves[i : i + _BATCH]
+        applied += int(script(keys=[k for m in batch for k in m.keys], args=[a for m in batch for a in m.args]))
     return applied
 
 
 def sweep(redis: Redis, job_id: str, shards: int, down: frozenset[int]) -> Moved:
     """Move hosts out of the ready sets of shards that are down, and task messages off their
     queues: every path by which work reaches a shard ends in one of the two."""
-    moves: list[str] = []
+    moves: list[_Move] = []
     hosts: set[str] = set()
     for s in sorted(down):
         for member in redis.zrange(keys.ready(job_id, s), 0, -1):
@@ -167,8 +163,8 @@ def sweep(redis: Redis, job_id: str, shards: int, down: frozenset[int]) -> Moved
             t = shard_of_host(host, shards, down)
             if t != s:
                 hosts.add(host)
-                moves += ["z", "", host, keys.ready(job_id, s), keys.ready(job_id, t), str(t)]
-    applied = _apply(redis, job_id, moves) if moves else 0
+                moves.append(_host_move(job_id, host, s, t))
+    applied = _apply(redis, moves) if moves else 0
     return Moved(len(hosts), len(hosts), applied, drain_queues(redis, shards, shards, down))
 
 

@@ -1,7 +1,7 @@
 """Dead-shard takeover (the DHT design's backups): when every worker that ever served shard k has
-been silent for ``takeover_after`` heartbeats, k is marked down in ``crawler.liveshards`` and its
+been silent for ``takeover_after`` heartbeats, k is marked down in ``crawler.frontier.liveshards`` and its
 hosts are served by their runner-up shards; when a worker of k is alive again, k is live again
-and its hosts move back (``crawler.rebalance`` moves them either way).
+and its hosts move back (``crawler.frontier.rebalance`` moves them either way).
 
 Evidence is Celery's own heartbeats as ``crawler.nodes`` records them. Only silence after a
 heartbeat counts: a shard no worker ever heartbeated for is not taken over, since a worker that
@@ -12,7 +12,6 @@ compare-and-set on the record's epoch, so it is made once.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -20,9 +19,9 @@ from typing import Any
 
 from redis import Redis
 
-from crawler import liveshards
-from crawler.frontier import keys
-from crawler.liveshards import LiveSet
+from crawler import nodes
+from crawler.frontier import liveshards
+from crawler.frontier.liveshards import LiveSet
 
 ALIVE_BELOW = 2  # heartbeats missed: the same line as ``crawler.nodes.state`` draws
 
@@ -68,7 +67,7 @@ def check(redis: Redis, threshold: int, now: float | None = None) -> Change | No
         return None
     now = time.time() if now is None else now
     live = liveshards.read(redis)
-    records = [json.loads(v) for v in redis.hvals(keys.NODES)]
+    records = nodes.records(redis)
     new = decide(records, live.down, threshold, now)
     if new.keys() == live.down.keys():
         return None
@@ -83,7 +82,7 @@ def shard_states(redis: Redis, shards: int, now: float | None = None) -> list[di
     worker of it ever sent a heartbeat: not taken over, its hosts wait), with its nodes."""
     now = time.time() if now is None else now
     live = liveshards.read(redis)
-    records = [json.loads(v) for v in redis.hvals(keys.NODES)]
+    records = nodes.records(redis)
     out = []
     for s in range(shards):
         mine = sorted(r["node"] for r in records if s in r.get("shards", []))
