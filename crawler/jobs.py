@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 from redis import Redis
+from redis.typing import EncodableT, FieldT
 
 from crawler import jobcache, keys, storeretry
 from crawler.dedup import admit_links
@@ -17,6 +18,8 @@ from crawler.frontier import Entry, Frontier, liveshards
 from crawler.frontier.rebalance import Moved, migrate
 from crawler.jobcache import Job as Job  # where callers have always found it
 from crawler.redact import redact_settings_json, strip_password
+from crawler.redisconn import text
+from crawler.schedule import next_cycle
 from crawler.settings import Settings
 from crawler.store import JobDefinition, open_store
 from crawler.urls import canonicalize, domain_of
@@ -58,12 +61,10 @@ def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | Non
     now = time.time()
     if settings.store:
         record(settings.store, JobDefinition(job_id, canon, job_settings, now, settings.every, settings.cron))
-    meta: dict[str, Any] = {"id": job_id, "status": RUNNING, "created_at": now,
+    meta: dict[FieldT, EncodableT] = {"id": job_id, "status": RUNNING, "created_at": now,
                             "settings": json.dumps(job_settings), "seeds": json.dumps(canon)}
     pipe = redis.pipeline()
     if settings.periodic:
-        from crawler.schedule import next_cycle
-
         meta.update(cycle=1, cycle_started_at=now, cycle_due_at=now,
                     next_cycle_at=next_cycle(settings.every, settings.cron, now, now))
         pipe.hset(keys.cycle(job_id, 1), "started_at", now)
@@ -142,7 +143,7 @@ def stop(redis: Redis, job_id: str, error: str = "") -> None:
     pipe.srem(keys.JOBS, job_id)
     pipe.srem(keys.PERIODIC, job_id)
     if cycle is not None:
-        pipe.hsetnx(keys.cycle(job_id, cycle.decode()), "finished_at", now)
+        pipe.hsetnx(keys.cycle(job_id, text(cycle)), "finished_at", now)
     pipe.execute()
 
 
@@ -212,7 +213,7 @@ def _str(raw: bytes | str) -> str:
 def cycle_of(redis: Redis | Any, job_id: str) -> tuple[int, float]:
     """The job's current cycle and when it was due ((0, 0.0) for a one-off job)."""
     number, due, started = redis.hmget(keys.meta(job_id), ["cycle", "cycle_due_at", "cycle_started_at"])
-    return (int(number), float(due or started)) if number else (0, 0.0)
+    return (int(number), float(text(due or started))) if number else (0, 0.0)
 
 
 def count_cycle(redis: Redis | Any, job_id: str, cycle: int, **deltas: int) -> None:
@@ -249,7 +250,7 @@ def seen_space(redis: Redis, job_id: str) -> str:
     status, cycle, epoch = redis.hmget(keys.meta(job_id), ["status", "cycle", "epoch"])
     if status is None:
         raise JobNotFound(f"no such job: {job_id}")
-    return f"{job_id}:{int(cycle or 0)}:{(epoch or b'').decode()}"
+    return f"{job_id}:{int(cycle or 0)}:{text(epoch or b'')}"
 
 
 def count(redis: Redis | Any, job_id: str, **deltas: int) -> None:
@@ -260,4 +261,4 @@ def count(redis: Redis | Any, job_id: str, **deltas: int) -> None:
 
 
 def active(redis: Redis) -> list[str]:
-    return sorted(m.decode() for m in redis.smembers(keys.JOBS))
+    return sorted(text(m) for m in redis.smembers(keys.JOBS))

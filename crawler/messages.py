@@ -41,7 +41,7 @@ T = TypeVar("T")
 def _from_fields(cls: type[T], kind: str, data: Mapping[str, Any], tuples: Mapping[str, int]) -> T:
     """``cls`` from a decoded JSON object: unknown keys and missing required ones are refused;
     the JSON arrays of ``tuples`` (name -> nesting depth) become tuples again."""
-    known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
+    known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]  # T is always a dataclass here; a TypeVar cannot say so
     unknown = set(data) - known.keys() - {"v"}
     if unknown:
         raise BadMessage(f"{kind} message has unknown fields {sorted(unknown)}")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis import Redis
+from redis.typing import EncodableT, FieldT
 
 from crawler import jobs, keys
 from crawler.dedup import seen_set
@@ -31,6 +32,8 @@ from crawler.frontier import Frontier
 from crawler.jobs import Job
 from crawler.messages import LinkGroup
 from crawler.redact import strip_password
+from crawler.redisconn import text
+from crawler.schedule import next_cycle
 from crawler.settings import Settings
 from crawler.stages import Context, dedup_stage
 from crawler.store import JobDefinition, Store
@@ -120,7 +123,7 @@ def recover(redis: Redis, store: Store, job_id: str, now: float | None = None,
     definition.settings["store"] = strip_password(definition.settings.get("store") or "")
     status = redis.hget(keys.meta(job_id), "status")
     if status is not None:
-        raise RecoverError(f"job {job_id} is in Redis already (status {status.decode()}): "
+        raise RecoverError(f"job {job_id} is in Redis already (status {text(status)}): "
                            "recover rebuilds only a job that Redis lost")
     s = Settings.from_env(**definition.settings)
     job = Job(job_id, s, frozenset(definition.settings.get("allow_domains") or ()))
@@ -170,7 +173,7 @@ def recover(redis: Redis, store: Store, job_id: str, now: float | None = None,
     if s.periodic:
         redis.sadd(keys.PERIODIC, job_id)
     jobs.forget(job_id)
-    final = (redis.hget(keys.meta(job_id), "status") or b"").decode()
+    final = text(redis.hget(keys.meta(job_id), "status") or b"")
     return Recovered(job_id, cycle if s.periodic else 0, len(rows), len(current), len(not_due), queued, final)
 
 
@@ -180,12 +183,10 @@ def _write_meta(redis: Redis, job: Job, definition: JobDefinition, cycle: int, c
     # ``starting``: admissions are accepted but nothing is dispatched and the job cannot be
     # found done before its frontier is rebuilt. A new epoch makes every worker forget what
     # its local cache remembers as seen from before.
-    meta: dict[str, Any] = {"id": job.id, "status": jobs.STARTING, "created_at": definition.created_at,
+    meta: dict[FieldT, EncodableT] = {"id": job.id, "status": jobs.STARTING, "created_at": definition.created_at,
                             "settings": json.dumps(definition.settings), "seeds": json.dumps(definition.seeds),
                             "epoch": uuid.uuid4().hex[:12], "recovered_at": now}
     if s.periodic:
-        from crawler.schedule import next_cycle
-
         # When the cycle was due is not stored; its first fetch is the closest record of it.
         due = min((r.fetched_at for r in current if r.fetched_at), default=now)
         meta.update(cycle=cycle, cycle_started_at=due, cycle_due_at=due,

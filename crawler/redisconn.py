@@ -40,6 +40,12 @@ def connect(url: str, **overrides: Any) -> Redis:
     return Redis.from_url(url, **options)
 
 
+def text(reply: Any) -> str:
+    """A Redis reply as text: clients here return bytes, but redis-py types every reply as
+    ``bytes | str`` (what a ``decode_responses`` client would give)."""
+    return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+
 def block_timeout(wait: float) -> float:
     """A timeout for BLPOP and friends that no supported server reads as "for ever" and that
     ends before the client's socket timeout."""

@@ -18,6 +18,7 @@ from redis import Redis
 from crawler import keys
 from crawler.frontier.ratecontrol import backoff
 from crawler.redact import redact
+from crawler.redisconn import text
 from crawler.settings import Settings
 
 BASE = 1.0  # seconds before the first retry; doubles each time
@@ -64,6 +65,6 @@ def current(redis: Redis, job_id: str) -> dict[str, Any] | None:
     raw = redis.hgetall(keys.store_error(job_id))
     if not raw:
         return None
-    d = {k.decode(): v.decode() for k, v in raw.items()}
+    d = {text(k): text(v) for k, v in raw.items()}
     return {"error": d.get("error", ""), "node": d.get("node", ""), "since": float(d.get("since", 0)),
             "last": float(d.get("last", 0)), "retries": int(d.get("retries", 0))}

@@ -39,7 +39,7 @@ def send_links(job_id: str, shard: int, token: str, links: list[Any]) -> None:
 class DispatcherStep(bootsteps.StartStopStep):
     """Starts a Dispatcher thread for the shard queues this worker consumes (``-Q shard-N``)."""
 
-    requires = {"celery.worker.components:Pool"}
+    requires = ("celery.worker.components:Pool",)
 
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         super().__init__(worker, **kwargs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Task
 from redis import exceptions as redis_errors
@@ -22,6 +22,11 @@ from crawler.store import StoreRefused, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
+if TYPE_CHECKING:
+    BaseTask = Task[Any, Any]  # celery-types makes Task generic; Celery's own class is not subscriptable
+else:
+    BaseTask = Task
+
 _ctx: stages.Context | None = None
 _ctx_pid = 0
 
@@ -37,7 +42,7 @@ def context(node: str | None = None) -> stages.Context:
     return _ctx
 
 
-class CrawlTask(Task):
+class CrawlTask(BaseTask):
     """Counts redeliveries of a message and drops it after ``max_redeliveries`` (counted as
     ``poison``): with reject_on_worker_lost, a message that kills its worker would otherwise
     come back for ever."""
@@ -79,17 +84,17 @@ class CrawlTask(Task):
             log.exception("could not count the failure of %s", task_id)
 
 
-def _publish(task: Task, queue: str, args: tuple[Any, ...]) -> None:
+def _publish(task: Task[Any, Any], queue: str, args: tuple[Any, ...]) -> None:
     # argsrepr: Celery would otherwise saferepr() every page of the message for its logs.
-    task.apply_async(args=args, queue=queue, routing_key=queue, argsrepr=f"({args[0]!r}, {len(args[-1])} items)")
+    task.apply_async(args=args, queue=queue, routing_key=queue, argsrepr=f"({args[0]!r}, {len(args[-1])} items)")  # type: ignore[call-arg]  # Celery takes it; celery-types omits it
 
 
-def send(task: Task, shard: int, *args: Any) -> None:
+def send(task: Task[Any, Any], shard: int, *args: Any) -> None:
     """Send to the queue of ``shard`` as it is (callers route: ``routed``)."""
     _publish(task, queue_name(shard), args)
 
 
-def send_shared(task: Task, *args: Any) -> None:
+def send_shared(task: Task[Any, Any], *args: Any) -> None:
     """Send to the queue every shard worker consumes (parse and store: no host locality)."""
     _publish(task, SHARED_QUEUE, args)
 
@@ -100,7 +105,7 @@ def routed(ctx: stages.Context, job: jobs.Job, shard: int) -> int:
 
 
 @app.task(name="crawler.fetch", base=CrawlTask, bind=True)
-def fetch(self: Task, job_id: str, shard: int, token: str, entries: list[str]) -> None:
+def fetch(self: Task[Any, Any], job_id: str, shard: int, token: str, entries: list[str]) -> None:
     ctx = context(self.request.hostname)
     job = jobs.load(ctx.redis, job_id)
     try:
@@ -113,7 +118,7 @@ def fetch(self: Task, job_id: str, shard: int, token: str, entries: list[str]) -
 
 
 @app.task(name="crawler.parse", base=CrawlTask, bind=True)
-def parse(self: Task, job_id: str, shard: int, token: str, pages: list[dict[str, Any]]) -> None:
+def parse(self: Task[Any, Any], job_id: str, shard: int, token: str, pages: list[dict[str, Any]]) -> None:
     ctx = context(self.request.hostname)
     job = jobs.load(ctx.redis, job_id)
     fetched = stages.read_message(ctx, self.name, job_id, pages_from_json, pages)
@@ -130,7 +135,7 @@ def parse(self: Task, job_id: str, shard: int, token: str, pages: list[dict[str,
 
 
 @app.task(name="crawler.dedup", base=CrawlTask, bind=True)
-def dedup(self: Task, job_id: str, token: str, links: list[Any]) -> None:
+def dedup(self: Task[Any, Any], job_id: str, token: str, links: list[Any]) -> None:
     ctx = context(self.request.hostname)
     groups = stages.read_message(ctx, self.name, job_id, groups_from_json, links)
     if groups is not None:
@@ -138,7 +143,7 @@ def dedup(self: Task, job_id: str, token: str, links: list[Any]) -> None:
 
 
 @app.task(name="crawler.store", base=CrawlTask, bind=True)
-def store(self: Task, job_id: str, shard: int, token: str, pages: list[dict[str, Any]]) -> None:
+def store(self: Task[Any, Any], job_id: str, shard: int, token: str, pages: list[dict[str, Any]]) -> None:
     ctx = context(self.request.hostname)
     job = jobs.load(ctx.redis, job_id)
     fetched = stages.read_message(ctx, self.name, job_id, pages_from_json, pages)

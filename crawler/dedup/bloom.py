@@ -30,6 +30,7 @@ import mmh3
 from redis import Redis
 
 from crawler import keys
+from crawler.redisconn import text
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +177,7 @@ class BloomSeen:
     # -- layers ------------------------------------------------------------------------------
     def layers(self, refresh: bool = False) -> list[Layer]:
         if refresh or not self._layers:
-            meta = {k.decode(): v.decode() for k, v in self.redis.hgetall(self.meta).items()}
+            meta = {text(k): text(v) for k, v in self.redis.hgetall(self.meta).items()}
             count = int(meta.get("layers", 0))
             if count == 0:
                 self._create(0)
@@ -245,7 +246,8 @@ class BloomSeen:
                 ops: list[str | int] = []
                 for j in range(layer.k):
                     ops += ["GET", "u1", (h1 + j * h2) % layer.segment_bits]
-                pipe.execute_command("BITFIELD_RO", self.segment_key(layer.index, top % layer.segments), *ops)
+                pipe.execute_command("BITFIELD_RO",  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+                                      self.segment_key(layer.index, top % layer.segments), *ops)
                 plan.append(i)
         return {i for i, bits in zip(plan, pipe.execute(), strict=True) if all(bits)}
 

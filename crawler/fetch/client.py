@@ -289,7 +289,7 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
                  keepalive_expiry: float = 30.0) -> None:
         super().__init__(trust_env=False)
         # httpx declares _pool as one httpcore pool; it calls only the two methods OriginPools has.
-        self._pool = OriginPools(backend, per_origin, keepalive_expiry)  # type: ignore[assignment]
+        self._pool = OriginPools(backend, per_origin, keepalive_expiry)  # type: ignore[assignment]  # see above
 
 
 def new_client(config: FetchConfig) -> httpx.AsyncClient:

@@ -21,6 +21,7 @@ from redis.typing import EncodableT, FieldT
 from crawler import keys
 from crawler.frontier import liveshards, lua
 from crawler.frontier.entry import Entry
+from crawler.redisconn import text
 from crawler.sharding import shard_of_url
 from crawler.urls import host_key
 
@@ -149,7 +150,7 @@ class Frontier:
         to send to dedup again (admission is once per token, so a late original is harmless)."""
         now = time.time() if now is None else now
         pend = keys.pending_links(job)
-        tokens = [t.decode() for t in self.redis.zrangebyscore(pend, "-inf", now, start=0, num=limit)]
+        tokens = [text(t) for t in self.redis.zrangebyscore(pend, "-inf", now, start=0, num=limit)]
         if not tokens:
             return []
         self.redis.zadd(pend, dict.fromkeys(tokens, now + lease_timeout), xx=True)

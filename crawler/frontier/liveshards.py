@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from redis import Redis
 
 from crawler import keys
+from crawler.redisconn import text
 from crawler.sharding import standby
 
 # KEYS[1]: the record. ARGV: expected epoch, new down map (JSON), now, threshold. Returns 1 if
@@ -45,7 +46,7 @@ def read(redis: Redis) -> LiveSet:
     raw = redis.hgetall(keys.SHARDS_DOWN)
     if not raw:
         return LiveSet()
-    d = {k.decode(): v.decode() for k, v in raw.items()}
+    d = {text(k): text(v) for k, v in raw.items()}
     down = {int(s): float(t) for s, t in json.loads(d.get("down", "{}")).items()}
     return LiveSet(int(d.get("epoch", 0)), down, float(d.get("changed_at", 0)), int(d.get("after", 0)))
 

@@ -30,6 +30,7 @@ from crawler import keys
 from crawler.frontier import liveshards
 from crawler.frontier.liveshards import LiveSet
 from crawler.frontier.records import IpWait, Lease, Retry
+from crawler.redisconn import text
 from crawler.sharding import queue_name, shard_of_host, standby
 
 GRACE = 20.0
@@ -112,7 +113,7 @@ def migrate(redis: Redis, job_id: str, shards: int, known: int | None = None,
 
     for s in range(known):
         for member in redis.zrange(keys.ready(job_id, s), 0, -1):
-            host = member.decode()
+            host = text(member)
             t = target(host)
             if t != s:
                 moving.add(host)
@@ -125,7 +126,7 @@ def migrate(redis: Redis, job_id: str, shards: int, known: int | None = None,
             moving.add(lease.host)
             moves.append(_record_move("h", keys.leases(job_id), url.decode(), v, replace(lease, shard=t).encode()))
     for member in redis.zrange(keys.retries(job_id), 0, -1):
-        m = member.decode()
+        m = text(member)
         retry = Retry.decode(m)
         t = target(retry.host)
         if retry.shard != t:
@@ -133,7 +134,7 @@ def migrate(redis: Redis, job_id: str, shards: int, known: int | None = None,
             moves.append(_record_move("r", keys.retries(job_id), "", m, replace(retry, shard=t).encode()))
     for key in redis.scan_iter(keys.ip_wait_pattern(job_id), count=1000):
         for member in redis.smembers(key):
-            m = member.decode()
+            m = text(member)
             wait = IpWait.decode(m)
             t = target(wait.host)
             if wait.shard != t:
@@ -159,7 +160,7 @@ def sweep(redis: Redis, job_id: str, shards: int, down: frozenset[int]) -> Moved
     hosts: set[str] = set()
     for s in sorted(down):
         for member in redis.zrange(keys.ready(job_id, s), 0, -1):
-            host = member.decode()
+            host = text(member)
             t = shard_of_host(host, shards, down)
             if t != s:
                 hosts.add(host)

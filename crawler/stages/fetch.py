@@ -26,7 +26,8 @@ BODY_TTL = 3600
 
 def fetch_config(job: Job) -> FetchConfig:
     s = job.settings
-    resolve = tuple(tuple(item.split("=", 1)) for item in s.resolve)
+    # Settings checked every entry is HOST=IP.
+    resolve = tuple((host, ip) for host, _, ip in (item.partition("=") for item in s.resolve))
     return FetchConfig(user_agent=s.user_agent, connect_timeout=s.connect_timeout, read_timeout=s.read_timeout,
                        deadline=s.request_deadline, max_redirects=s.max_redirects, max_body=s.max_body,
                        allow_networks=tuple(s.allow_networks), resolve=resolve,
