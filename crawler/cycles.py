@@ -1,4 +1,4 @@
-"""Cycles of periodic jobs (the ZooKeeper/Redis crawler's coordinator): the beat's tick starts
+"""Cycles of periodic jobs (an incremental crawl re-run on a timer by one coordinator): the beat's tick starts
 each due job's next cycle; a cycle re-enqueues the seeds and every stored page whose revisit
 time has come, with a fresh seen-set, so what cycle k saw does not block cycle k+1.
 

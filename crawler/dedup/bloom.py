@@ -1,4 +1,5 @@
-"""A scalable, segmented Bloom filter in Redis (the ZooKeeper/Redis crawler's design).
+"""A scalable, segmented Bloom filter in Redis: a job's seen-set in bounded memory, split into
+segments so it can outgrow one Redis string and spread over servers.
 
 Sizing: m = -n ln p / (ln 2)^2 bits and k = (m/n) ln 2 hashes for n URLs at false-positive rate
 p. The bits are split into segments, each its own Redis key, so a filter can pass one string's

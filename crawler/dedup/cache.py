@@ -1,4 +1,5 @@
-"""The local weighted cache in front of Redis (the MapReduce crawler's design).
+"""The local weighted cache in front of Redis: URLs seen again and again (navigation links) are
+answered in-process, weighted by how often they repeat.
 
 Navigation links repeat on every page of a site, so most link occurrences are URLs this process
 has already seen. An access list holds recently seen URLs; one that is seen again moves to the

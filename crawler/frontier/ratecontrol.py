@@ -1,7 +1,7 @@
 """Per-host rate control and retry timing: pure functions, no I/O.
 
-The adaptive delay follows the coroutine crawler's frequency control (and Scrapy's
-AutoThrottle): a healthy host's delay moves halfway towards its response time each response, so
+The adaptive delay is per-server frequency control (as in Scrapy's AutoThrottle): a healthy
+host's delay moves halfway towards its response time each response, so
 a server that takes 2 s per page gets about one request in flight half the time; 429 and 503
 double it (or honour Retry-After); it never falls below the configured delay or the host's
 Crawl-delay, and never rises above ``max_delay``.

@@ -1,4 +1,4 @@
-"""Changing a running job's shard count (the DHT design's REFRESH_TASK), or the set of its
+"""Changing a running job's shard count (moving only the domains whose owner changes), or the set of its
 shards that are live (a dead shard's hosts taken over by their backups, ``crawler.frontier.takeover``).
 
 Shards own registered domains by rendezvous hashing, so when the count changes only the domains

@@ -1,4 +1,5 @@
-"""Dead-shard takeover (the DHT design's backups): when every worker that ever served shard k has
+"""Dead-shard takeover (every shard's hosts have runner-up shards that serve them while it is
+down, so a dead node loses nothing): when every worker that ever served shard k has
 been silent for ``takeover_after`` heartbeats, k is marked down in ``crawler.frontier.liveshards`` and its
 hosts are served by their runner-up shards; when a worker of k is alive again, k is live again
 and its hosts move back (``crawler.frontier.rebalance`` moves them either way).
