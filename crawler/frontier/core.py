@@ -124,7 +124,7 @@ class Frontier:
         for e in entries:
             args += [e.url, host_key(e.url), shard_of_url(e.url, shards, down), e.encode()]
         # ADMIT names its fixed keys from the prefix, not KEYS (see ``lua``).
-        return [u.decode() for u in self._admit(args=[keys.prefix(job), job, *args])]
+        return [text(u) for u in self._call(self._admit, job, *args)]
 
     def pending(self, job: str, token: str) -> bool:
         """Whether link batch ``token`` is registered and not yet wholly admitted."""

@@ -2,9 +2,7 @@
 leased once, and returned exactly once, whatever number of workers run them at the same time.
 
 Conventions: KEYS[] are the job's records whose names are known up front, the same for every
-script (``job_keys``; ``_bind`` binds them to ``KMETA``, ``KLEASE`` ...). ADMIT alone builds those
-names from the prefix instead: the admission tests count the URLs of each call from its
-argument count in the slowlog (``EVALSHA sha 0``, 10 fixed, 4 per URL). Keys named after
+script (``job_keys``; ``_bind`` binds them to ``KMETA``, ``KLEASE`` ...). Keys named after
 data the script reads (a host's queue ``q:<host>``, a shard's ready set ``ready:<shard>``, an
 address wait ``ipwait:<ipkey>``, a cycle ``cyc:<n>``, a link batch's parts ``pendc:<token>``, a
 shard's wake list ``c:wake:<shard>``) cannot be declared in advance: they are built from ARGV[1],
@@ -45,20 +43,16 @@ _FIXED = [("KMETA", "meta"), ("KCNT", "cnt"), ("KSEEN", "seen"), ("KLEASE", "lea
 
 
 def job_keys(job: str) -> list[str]:
-    """KEYS[] of every script here but ADMIT: ``_FIXED`` in order, then ``c:jobs``."""
+    """KEYS[] of every script here: ``_FIXED`` in order, then ``c:jobs``."""
     return [keys.meta(job), keys.counters(job), keys.seen(job), keys.leases(job), keys.lease_expiry(job),
             keys.retries(job), keys.host_inflight(job), keys.ip_inflight(job), keys.host_ip(job),
             keys.host_next(job), keys.host_delays(job), keys.host_admitted(job), keys.pending_links(job),
             keys.pending_link_bodies(job), keys.JOBS]
 
 
-def _bind(declared: bool) -> str:
-    if declared:
-        lines = [f"local {local} = KEYS[{i}]" for i, (local, _) in enumerate(_FIXED, start=1)]
-        lines.append(f"local KJOBS = KEYS[{len(_FIXED) + 1}]")
-    else:
-        lines = [f"local {local} = P .. '{name}'" for local, name in _FIXED]
-        lines.append(f"local KJOBS = '{keys.JOBS}'")
+def _bind() -> str:
+    lines = [f"local {local} = KEYS[{i}]" for i, (local, _) in enumerate(_FIXED, start=1)]
+    lines.append(f"local KJOBS = KEYS[{len(_FIXED) + 1}]")
     return "\n".join(lines) + "\n"
 
 
@@ -159,8 +153,8 @@ end
 """
 
 
-def _prelude(declared: bool = True) -> str:
-    return "local P = ARGV[1]\n" + _bind(declared) + _HELPERS
+def _prelude() -> str:
+    return "local P = ARGV[1]\n" + _bind() + _HELPERS
 
 # ARGV: prefix, job, token, now, budget, max_depth, host_budget, trusted, part, last, then (url,
 # host, shard, entry). ``trusted`` = 1: the URLs were judged new already (by the Bloom filter), so
@@ -168,7 +162,7 @@ def _prelude(declared: bool = True) -> str:
 # each, so no call holds Redis for long: ``part`` (0, 1, ...; '' for a batch in one call) is
 # recorded in ``pendc:<token>`` so a redelivered batch skips the parts admitted already, and the
 # ``last`` part ('1') ends the batch, as a whole batch does.
-ADMIT = _prelude(declared=False) + """
+ADMIT = _prelude() + """
 local token, now, budget, maxd = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local host_budget, trusted = tonumber(ARGV[7]), ARGV[8] == '1'
 local part, last = ARGV[9], ARGV[10] == '1'

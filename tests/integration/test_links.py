@@ -18,7 +18,7 @@ import redis
 from crawler import jobs, keys, stages
 from crawler.dedup import ADMIT_CHUNK, admit_links
 from crawler.embedded import crawl
-from crawler.frontier import Entry, Frontier
+from crawler.frontier import Entry, Frontier, lua
 from crawler.messages import LinkGroup, groups_from_json, groups_to_json
 from crawler.settings import Settings
 from crawler.testweb import TestWeb
@@ -50,7 +50,8 @@ def slowlog(r: redis.Redis) -> Iterator[Callable[[str], list[int]]]:
             argc = len(args)
             if args[-1].startswith(b"... ("):  # Redis kept 31 arguments and counted the rest
                 argc = 31 + int(args[-1].split(b"(")[1].split()[0])
-            out.append((argc - 13) // 4)  # EVALSHA sha numkeys, 10 fixed, then 4 per URL
+            # EVALSHA sha numkeys, the job's declared keys, 10 fixed arguments, then 4 per URL
+            out.append((argc - 3 - len(lua.job_keys("j")) - 10) // 4)
         return out
 
     try:
