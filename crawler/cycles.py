@@ -21,14 +21,14 @@ from crawler.dedup.neardup import NearDuplicates
 from crawler.frontier import Entry, Frontier
 from crawler.jobs import Job
 from crawler.schedule import next_cycle
-from crawler.store import Store
+from crawler.store import PageStore
 
 log = logging.getLogger(__name__)
 
 CHUNK = 1000
 STALE_START = 300.0  # a start still unfinished after this long crashed: hand it out again
 
-OpenStore = Callable[[str], Store]
+OpenStore = Callable[[str], PageStore]
 
 
 def tick(redis: Redis, open_store: OpenStore, now: float | None = None) -> list[tuple[str, int]]:
@@ -81,7 +81,7 @@ def _forget_seen(redis: Redis, job: Job) -> None:
     frontier.reset_admitted(job.id)
 
 
-def _queue_revisits(redis: Redis, job: Job, store: Store, now: float) -> tuple[int, int]:
+def _queue_revisits(redis: Redis, job: Job, store: PageStore, now: float) -> tuple[int, int]:
     """Queue the seeds and the stored pages due for a visit; mark the pages not due as seen, so
     links to them are skipped this cycle. Idempotent: a repeated start queues nothing twice."""
     s = job.settings

@@ -36,7 +36,7 @@ from crawler.redisconn import text
 from crawler.schedule import next_cycle
 from crawler.settings import Settings
 from crawler.stages import Context, dedup_stage
-from crawler.store import JobDefinition, Store
+from crawler.store import JobDefinition, PageStore
 from crawler.urls import domain_of, host_key, query_variant
 
 CHUNK = 2000
@@ -71,7 +71,7 @@ class _Row:
     simhash: str | None
 
 
-def _rows(store: Store, job_id: str) -> list[_Row]:
+def _rows(store: PageStore, job_id: str) -> list[_Row]:
     return [_Row(p["url"], int(p["depth"] or 0), int(p["cycle"] or 0), float(p["next_visit"] or 0.0),
                  float(p["fetched_at"] or 0.0), list(p["outlinks"] or []), p["error"], bool(p.get("nofollow")),
                  p["near_duplicate_of"], p["simhash"]) for p in store.pages(job_id)]
@@ -107,7 +107,7 @@ def _followed(row: _Row, s: Settings, allowed: frozenset[str]) -> list[str]:
     return out
 
 
-def recover(redis: Redis, store: Store, job_id: str, now: float | None = None,
+def recover(redis: Redis, store: PageStore, job_id: str, now: float | None = None,
             shards: int | None = None) -> Recovered:
     """Rebuild ``job_id`` in ``redis`` from ``store``. KeyError if the store has no such job;
     RecoverError if Redis still has it (there is nothing to rebuild, and rebuilding a live job

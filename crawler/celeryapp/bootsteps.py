@@ -14,7 +14,7 @@ from celery import bootsteps
 
 from crawler.celeryapp.config import redis_url
 from crawler.celeryapp.signals import shards_of
-from crawler.celeryapp.tasks import dedup, fetch, send, send_shared, store
+from crawler.celeryapp.tasks import dedup_task, fetch_task, send, send_shared, store_task
 from crawler.errors import Reason
 from crawler.frontier.dispatcher import IDLE_WAIT, Dispatcher
 from crawler.messages import failed_page
@@ -25,15 +25,15 @@ log = logging.getLogger(__name__)
 
 
 def send_fetch(job_id: str, shard: int, token: str, entries: list[str]) -> None:
-    send(fetch, shard, job_id, shard, token, entries)
+    send(fetch_task, shard, job_id, shard, token, entries)
 
 
 def send_failed(job_id: str, shard: int, token: str, entries: list[str]) -> None:
-    send_shared(store, job_id, shard, token, [failed_page(e, Reason.LEASE_EXPIRED).to_json() for e in entries])
+    send_shared(store_task, job_id, shard, token, [failed_page(e, Reason.LEASE_EXPIRED).to_json() for e in entries])
 
 
 def send_links(job_id: str, shard: int, token: str, links: list[Any]) -> None:
-    send(dedup, shard, job_id, token, links)
+    send(dedup_task, shard, job_id, token, links)
 
 
 class DispatcherStep(bootsteps.StartStopStep):

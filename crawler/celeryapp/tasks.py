@@ -105,7 +105,7 @@ def routed(ctx: stages.Context, job: jobs.Job, shard: int) -> int:
 
 
 @app.task(name="crawler.fetch", base=CrawlTask, bind=True)
-def fetch(self: Task[Any, Any], job_id: str, shard: int, token: str, entries: list[str]) -> None:
+def fetch_task(self: Task[Any, Any], job_id: str, shard: int, token: str, entries: list[str]) -> None:
     ctx = context(self.request.hostname)
     job = jobs.load(ctx.redis, job_id)
     try:
@@ -114,11 +114,11 @@ def fetch(self: Task[Any, Any], job_id: str, shard: int, token: str, entries: li
         stages.refuse(ctx, job, exc)
         return
     if pages:
-        send_shared(parse, job_id, shard, token, pages_to_json(pages))
+        send_shared(parse_task, job_id, shard, token, pages_to_json(pages))
 
 
 @app.task(name="crawler.parse", base=CrawlTask, bind=True)
-def parse(self: Task[Any, Any], job_id: str, shard: int, token: str, pages: list[dict[str, Any]]) -> None:
+def parse_task(self: Task[Any, Any], job_id: str, shard: int, token: str, pages: list[dict[str, Any]]) -> None:
     ctx = context(self.request.hostname)
     job = jobs.load(ctx.redis, job_id)
     fetched = stages.read_message(ctx, self.name, job_id, pages_from_json, pages)
@@ -129,13 +129,13 @@ def parse(self: Task[Any, Any], job_id: str, shard: int, token: str, pages: list
     # redelivered parse sends the same tokens); the dedup task may run anywhere, and admission
     # places each host on the shard serving it now.
     for target, links in batches.items():
-        send(dedup, routed(ctx, job, target), job_id, stages.link_token(token, target), groups_to_json(links))
+        send(dedup_task, routed(ctx, job, target), job_id, stages.link_token(token, target), groups_to_json(links))
     if parsed:
-        send_shared(store, job_id, shard, token, pages_to_json(parsed))
+        send_shared(store_task, job_id, shard, token, pages_to_json(parsed))
 
 
 @app.task(name="crawler.dedup", base=CrawlTask, bind=True)
-def dedup(self: Task[Any, Any], job_id: str, token: str, links: list[Any]) -> None:
+def dedup_task(self: Task[Any, Any], job_id: str, token: str, links: list[Any]) -> None:
     ctx = context(self.request.hostname)
     groups = stages.read_message(ctx, self.name, job_id, groups_from_json, links)
     if groups is not None:
@@ -143,7 +143,7 @@ def dedup(self: Task[Any, Any], job_id: str, token: str, links: list[Any]) -> No
 
 
 @app.task(name="crawler.store", base=CrawlTask, bind=True)
-def store(self: Task[Any, Any], job_id: str, shard: int, token: str, pages: list[dict[str, Any]]) -> None:
+def store_task(self: Task[Any, Any], job_id: str, shard: int, token: str, pages: list[dict[str, Any]]) -> None:
     ctx = context(self.request.hostname)
     job = jobs.load(ctx.redis, job_id)
     fetched = stages.read_message(ctx, self.name, job_id, pages_from_json, pages)
@@ -169,4 +169,4 @@ def cycle_tick() -> list[tuple[str, int]]:
     """Sent by the beat (``beat_schedule.py``): start the cycles that are due."""
     ctx = context()
     ctx.redis.incr(keys.BEAT_TICKS)
-    return cycles.tick(ctx.redis, ctx.store)
+    return cycles.tick(ctx.redis, ctx.page_store)

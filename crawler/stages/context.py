@@ -23,7 +23,7 @@ from crawler.lru import LRU
 from crawler.messages import BadMessage
 from crawler.politeness import Politeness
 from crawler.settings import Settings
-from crawler.store import Store, StoreRefused, open_store
+from crawler.store import PageStore, StoreRefused, open_store
 from crawler.store.warc import WarcFiles
 from crawler.storeplace import place_dir, place_store
 
@@ -48,7 +48,7 @@ class Context:
     politeness: Politeness
     cache: SeenCache  # the per-process cache in front of the seen-sets
     near_dups: NearDuplicates
-    opener: Callable[[str], Store] = open_store  # opens a store URL already placed
+    opener: Callable[[str], PageStore] = open_store  # opens a store URL already placed
     fetcher: Fetcher | None = None  # None: the process-wide httpx client
     # Where jobs may make this worker write: from its environment, never from a job.
     store_root: str = ""
@@ -59,7 +59,7 @@ class Context:
 
     def __post_init__(self) -> None:
         self._seen_sets: LRU[str, SeenSet] = LRU(self.job_cache_size)
-        self._stores: LRU[str, Store] = LRU(self.open_stores, on_evict=lambda _url, s: s.close())
+        self._stores: LRU[str, PageStore] = LRU(self.open_stores, on_evict=lambda _url, s: s.close())
         self._warcs: LRU[str, WarcFiles] = LRU(self.open_stores, on_evict=lambda _dir, w: w.close())
 
     @classmethod
@@ -85,7 +85,7 @@ class Context:
             self._seen_sets.put(job.id, seen)
         return seen
 
-    def store(self, url: str) -> Store:
+    def page_store(self, url: str) -> PageStore:
         """The store a job names, opened once; StoreNotAllowed (nothing opened or created) if
         this worker's store_root / store_hosts exclude it."""
         s = self._stores.get(url)

@@ -119,7 +119,7 @@ def _page(ctx: Context, e: Entry, r: FetchResult, body_key: str, archive: bool, 
 
 def _previous(ctx: Context, job: Job, urls: list[str]) -> dict[str, dict[str, Any]]:
     try:
-        return ctx.store(job.settings.store).previous(job.id, urls)
+        return ctx.page_store(job.settings.store).previous(job.id, urls)
     except StoreUnavailable:
         # With the store down, fetch unconditionally rather than not at all: store compares
         # against the stored row again when it is back.

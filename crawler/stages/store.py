@@ -21,7 +21,7 @@ def store_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage]) ->
     see ``hold_for_retry``."""
     s = job.settings
     ctx.frontier.renew(job.id, [(p.url, token) for p in pages], s.lease_timeout)
-    store = ctx.store(s.store)
+    store = ctx.page_store(s.store)
     previous = store.previous(job.id, [p.url for p in pages]) if s.periodic else {}
     records = [to_record(job.id, token, ctx.node, p) for p in pages]
     outcomes = {r.url: plan_visit(r, previous.get(r.url), p, s) for r, p in zip(records, pages, strict=True)}

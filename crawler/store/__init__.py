@@ -1,13 +1,14 @@
-"""Page storage: the Store seam, SQLite, WARC files, export."""
+"""Page storage: the PageStore seam, SQLite, WARC files, export."""
 
 from crawler.store.base import (
     JobDefinition,
     PageRecord,
-    Store,
+    PageStore,
     StoreRefused,
     StoreUnavailable,
     StoreURLError,
     open_store,
 )
 
-__all__ = ["JobDefinition", "PageRecord", "Store", "StoreRefused", "StoreURLError", "StoreUnavailable", "open_store"]
+__all__ = ["JobDefinition", "PageRecord", "PageStore", "StoreRefused", "StoreURLError", "StoreUnavailable",
+           "open_store"]

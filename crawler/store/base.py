@@ -1,4 +1,4 @@
-"""The store seam: ``Store.put(records)`` writes pages idempotently; backends by URL scheme."""
+"""The store seam: ``PageStore.put(records)`` writes pages idempotently; backends by URL scheme."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ class JobDefinition:
 BeforeCommit = Callable[[list[PageRecord]], None]
 
 
-class Store(Protocol):
+class PageStore(Protocol):
     def put(self, records: Sequence[PageRecord], before_commit: BeforeCommit | None = None) -> list[PageRecord]:
         """Upsert pages by canonical URL. A record whose ``fetch_id`` is already stored for its
         URL is skipped, so a redelivered batch writes nothing twice. ``before_commit`` gets the
@@ -122,7 +122,7 @@ class StoreUnavailable(StoreError):
     message an operator can act on."""
 
 
-def open_store(url: str) -> Store:
+def open_store(url: str) -> PageStore:
     """``sqlite:///path/crawl.db`` (relative), ``sqlite:////abs/path``, or
     ``postgresql://user:password@host:5432/db``."""
     scheme, sep, rest = url.partition("://")

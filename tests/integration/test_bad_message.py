@@ -23,9 +23,10 @@ def test_a_message_of_another_version_is_counted_as_bad_and_the_worker_goes_on(
     workers.start("w", "shard-0,shard-1,shard-2,shard-3")
     job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{tmp_path}/c.db"), web.seeds())
     with app.connection_for_write(workers.redis_url) as conn:
-        tasks.store.apply_async(args=(job_id, 0, "tok", [{"v": 2, "url": web.seeds()[0]}]), queue="shard-0",
+        tasks.store_task.apply_async(args=(job_id, 0, "tok", [{"v": 2, "url": web.seeds()[0]}]), queue="shard-0",
                                 connection=conn)
-        tasks.dedup.apply_async(args=(job_id, "tok:0", [{"v": 2, "referrer": "http://a.example/", "depth": 1, "urls": ["http://a.example/x"]}]),
+        group = {"v": 2, "referrer": "http://a.example/", "depth": 1, "urls": ["http://a.example/x"]}
+        tasks.dedup_task.apply_async(args=(job_id, "tok:0", [group]),
                                 queue="shard-0", connection=conn)
     wait_done(r, job_id)
     deadline = time.monotonic() + 10

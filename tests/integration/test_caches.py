@@ -161,7 +161,7 @@ def test_job_handles_are_evicted_after_many_jobs(r: redis.Redis, tmp_path: Path,
         store = f"sqlite:///{tmp_path / f'j{i}.db'}"
         job = jobs.load(r, jobs.submit(r, Settings.from_env(store=store), [f"http://127.0.1.9:1/{i}"]))
         ctx.seen_set(job)
-        s = ctx.store(store)
+        s = ctx.page_store(store)
         w = ctx.warc(str(tmp_path / f"warc{i}"), 1_000_000)
         w.write(PageRecord(url=f"http://127.0.1.9:1/{i}", job_id=job.id, fetch_id="t", status=200),
                 http_version="HTTP/1.1", request_headers=[], response_headers=[], body=b"x")

@@ -205,7 +205,7 @@ def test_store_message_delivered_twice_leaves_one_row(make_web: Callable[..., Te
             "content_length": 0, "content_sha1": "", "content_type": row["content_type"], "fetched_by": "again"}
     shard = shard_of_url(row["url"], settings.shards)
     with tasks.app.connection_for_write(workers.redis_url) as conn:
-        sent = [tasks.store.apply_async(args=(job_id, shard, row["fetch_id"], [page]), queue=f"shard-{shard}",
+        sent = [tasks.store_task.apply_async(args=(job_id, shard, row["fetch_id"], [page]), queue=f"shard-{shard}",
                                         connection=conn) for _ in range(2)]
     log = workers.log_dir / "w.log"
     deadline = time.monotonic() + 30

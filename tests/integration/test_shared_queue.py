@@ -38,6 +38,6 @@ def test_a_worker_of_one_shard_stores_pages_of_another(workers: Workers, r: redi
     workers.start("w0", "shard-0")
     page = failed_page(Entry(seed).encode(), "connect")
     with tasks.app.connection_for_write(workers.redis_url) as conn:
-        tasks.store.apply_async(args=(job_id, 1, "tok", [page.to_json()]), queue=SHARED_QUEUE, connection=conn)
+        tasks.store_task.apply_async(args=(job_id, 1, "tok", [page.to_json()]), queue=SHARED_QUEUE, connection=conn)
     rows = _stored(store_url, db, job_id)
     assert [(p["url"], p["error"]) for p in rows] == [(seed, "connect")]

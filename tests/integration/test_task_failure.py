@@ -22,7 +22,7 @@ def test_malformed_message_is_counted_and_the_worker_goes_on(make_web: Callable[
     job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{tmp_path}/c.db"), web.seeds())
     with tasks.app.connection_for_write(workers.redis_url) as conn:
         for bad in ([{"no": "fields"}], "not a list of pages"):
-            tasks.parse.apply_async(args=(job_id, 0, "tok", bad), queue="shard-0", connection=conn)
+            tasks.parse_task.apply_async(args=(job_id, 0, "tok", bad), queue="shard-0", connection=conn)
     st = wait_done(r, job_id)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and st["counters"].get("task_failed:crawler.parse", 0) < 2:
