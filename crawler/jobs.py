@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from redis import Redis
@@ -258,6 +259,46 @@ def count(redis: Redis | Any, job_id: str, **deltas: int) -> None:
     for name, delta in deltas.items():
         if delta:
             redis.hincrby(keys.counters(job_id), name, delta)
+
+
+def exists(redis: Redis, job_id: str) -> bool:
+    return bool(redis.exists(keys.meta(job_id)))
+
+
+def count_delivery(redis: Redis, message_id: str) -> int:
+    """Count one more delivery of a task message; returns how many it has had (kept a day)."""
+    key = keys.delivery(message_id)
+    pipe = redis.pipeline(transaction=False)
+    pipe.incr(key)
+    pipe.expire(key, 86400)
+    return int(pipe.execute()[0])
+
+
+def add_periodic(redis: Redis, job_id: str) -> None:
+    redis.sadd(keys.PERIODIC, job_id)
+
+
+def raw_status(redis: Redis, job_id: str) -> str | None:
+    """The job's status as Redis holds it; None if Redis has no such job."""
+    raw = redis.hget(keys.meta(job_id), "status")
+    return None if raw is None else text(raw)
+
+
+def write_meta(redis: Redis, job_id: str, meta: Mapping[FieldT, EncodableT],
+               cycle: tuple[int, Mapping[FieldT, EncodableT]] | None = None) -> None:
+    """Set a job's record (a rebuild by ``crawler recover``), and one cycle's record with it."""
+    if cycle is not None:
+        redis.hset(keys.cycle(job_id, cycle[0]), mapping=cycle[1])
+    redis.hset(keys.meta(job_id), mapping=meta)
+
+
+def purge(redis: Redis, job_id: str, chunk: int = 1000) -> int:
+    """Delete every key of the job (what workers wrote after Redis came back empty). Returns
+    how many."""
+    doomed = list(redis.scan_iter(keys.job_pattern(job_id), count=1000))
+    for i in range(0, len(doomed), chunk):
+        redis.delete(*doomed[i:i + chunk])
+    return len(doomed)
 
 
 def active(redis: Redis) -> list[str]:

@@ -35,6 +35,12 @@ def record_heartbeat(client: Redis, node: str, *, shards: list[int], interval: f
     return rec
 
 
+def count_fetched(client: Redis | Any, node: str, pages: int) -> None:
+    """Add to the pages a node has fetched (``client`` may be a pipeline)."""
+    if pages:
+        client.hincrby(keys.NODE_FETCHED, node, pages)
+
+
 def mark_offline(client: Redis, node: str) -> None:
     raw = client.hget(keys.NODES, node)
     if raw:

@@ -14,7 +14,7 @@ from typing import Any
 
 from redis import Redis
 
-from crawler import errors, keys
+from crawler import errors
 from crawler.errors import Reason
 from crawler.fetch.client import FetchConfig, Fetcher, FetchResult, HopCheck
 from crawler.fetch.robots import (
@@ -147,7 +147,7 @@ class Politeness:
         todo: dict[str, list[str]] = {}
         for origin, policy in policies.items():
             maps = policy.sitemaps()[:SITEMAPS_PER_HOST]
-            if maps and self.redis.sadd(keys.sitemaps(job.id), origin):
+            if maps and self._frontier.claim_sitemaps(job.id, origin):
                 todo[origin] = maps
         if not todo:
             return [], 0

@@ -24,7 +24,7 @@ from typing import Any
 from redis import Redis
 from redis.typing import EncodableT, FieldT
 
-from crawler import jobs, keys
+from crawler import jobs
 from crawler.dedup import seen_set
 from crawler.dedup.neardup import NearDuplicates
 from crawler.errors import CrawlerError, JobNotFound
@@ -32,7 +32,6 @@ from crawler.frontier import Frontier
 from crawler.jobs import Job
 from crawler.messages import LinkGroup
 from crawler.redact import strip_password
-from crawler.redisconn import text
 from crawler.schedule import next_cycle
 from crawler.settings import Settings
 from crawler.stages import Context, dedup_stage
@@ -85,10 +84,7 @@ def _chunks(items: list[Any]) -> Iterable[list[Any]]:
 def _clear(redis: Redis, job_id: str) -> int:
     """Delete what workers wrote for the job since Redis came back empty (Bloom bits, link
     batches, counters of tasks that were in flight): the rebuild starts from nothing."""
-    doomed = list(redis.scan_iter(keys.job_pattern(job_id), count=1000))
-    for chunk in _chunks(doomed):
-        redis.delete(*chunk)
-    return len(doomed)
+    return jobs.purge(redis, job_id)
 
 
 def _followed(row: _Row, s: Settings, allowed: frozenset[str]) -> list[str]:
@@ -121,9 +117,9 @@ def recover(redis: Redis, store: PageStore, job_id: str, now: float | None = Non
         definition.settings["shards"] = shards
     # A definition recorded before submissions stripped store passwords may still hold one.
     definition.settings["store"] = strip_password(definition.settings.get("store") or "")
-    status = redis.hget(keys.meta(job_id), "status")
+    status = jobs.raw_status(redis, job_id)
     if status is not None:
-        raise RecoverError(f"job {job_id} is in Redis already (status {text(status)}): "
+        raise RecoverError(f"job {job_id} is in Redis already (status {status}): "
                            "recover rebuilds only a job that Redis lost")
     s = Settings.from_env(**definition.settings)
     job = Job(job_id, s, frozenset(definition.settings.get("allow_domains") or ()))
@@ -171,9 +167,9 @@ def recover(redis: Redis, store: PageStore, job_id: str, now: float | None = Non
     # starting -> running: the shards are woken, and a job with nothing left is done at once.
     Frontier(redis).run_cycle(job_id, s.shards)
     if s.periodic:
-        redis.sadd(keys.PERIODIC, job_id)
+        jobs.add_periodic(redis, job_id)
     jobs.forget(job_id)
-    final = text(redis.hget(keys.meta(job_id), "status") or b"")
+    final = jobs.raw_status(redis, job_id) or ""
     return Recovered(job_id, cycle if s.periodic else 0, len(rows), len(current), len(not_due), queued, final)
 
 
@@ -186,13 +182,14 @@ def _write_meta(redis: Redis, job: Job, definition: JobDefinition, cycle: int, c
     meta: dict[FieldT, EncodableT] = {"id": job.id, "status": jobs.STARTING, "created_at": definition.created_at,
                             "settings": json.dumps(definition.settings), "seeds": json.dumps(definition.seeds),
                             "epoch": uuid.uuid4().hex[:12], "recovered_at": now}
+    record: tuple[int, dict[FieldT, EncodableT]] | None = None
     if s.periodic:
         # When the cycle was due is not stored; its first fetch is the closest record of it.
         due = min((r.fetched_at for r in current if r.fetched_at), default=now)
         meta.update(cycle=cycle, cycle_started_at=due, cycle_due_at=due,
                     next_cycle_at=next_cycle(s.every, s.cron, due, now))
-        redis.hset(keys.cycle(job.id, cycle), mapping={"started_at": due, "recovered_at": now})
-    redis.hset(keys.meta(job.id), mapping=meta)
+        record = (cycle, {"started_at": due, "recovered_at": now})
+    jobs.write_meta(redis, job.id, meta, record)
 
 
 def _restart_counters(redis: Redis, job: Job, rows: list[_Row], current: list[_Row]) -> None:

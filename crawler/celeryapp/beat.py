@@ -94,3 +94,8 @@ class LockedScheduler(PersistentScheduler):
     def close(self) -> None:
         self.lock.release()
         super().close()
+
+
+def count_tick(client: Redis) -> None:
+    """A cycle tick the beat sent reached a worker (``crawler status`` and tests read it)."""
+    client.incr(keys.BEAT_TICKS)

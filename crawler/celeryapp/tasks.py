@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 from celery import Task
 from redis import exceptions as redis_errors
 
-from crawler import cycles, jobs, keys, stages
+from crawler import cycles, jobs, stages
+from crawler.celeryapp import beat
 from crawler.celeryapp.app import app
 from crawler.celeryapp.config import redis_url
 from crawler.frontier import liveshards
@@ -59,9 +60,7 @@ class CrawlTask(BaseTask):
         info = self.request.delivery_info or {}
         if info.get("redelivered") and self.request.id:
             r = context().redis
-            key = keys.delivery(self.request.id)
-            n = r.incr(key)
-            r.expire(key, 86400)
+            n = jobs.count_delivery(r, self.request.id)
             if n > Settings.from_env().max_redeliveries:
                 job_id = args[0] if args else kwargs.get("job_id", "")
                 log.error("dropping task %s %s after %d redeliveries", self.name, self.request.id, n)
@@ -78,7 +77,7 @@ class CrawlTask(BaseTask):
             return
         try:
             r = context().redis
-            if r.exists(keys.meta(job_id)):
+            if jobs.exists(r, job_id):
                 jobs.count(r, job_id, **{f"task_failed:{self.name}": 1})
         except Exception:  # counting must never turn one failure into two
             log.exception("could not count the failure of %s", task_id)
@@ -168,5 +167,5 @@ def store_task(self: Task[Any, Any], job_id: str, shard: int, token: str, pages:
 def cycle_tick() -> list[tuple[str, int]]:
     """Sent by the beat (``beat_schedule.py``): start the cycles that are due."""
     ctx = context()
-    ctx.redis.incr(keys.BEAT_TICKS)
+    beat.count_tick(ctx.redis)
     return cycles.tick(ctx.redis, ctx.page_store)

@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from redis import Redis
 from redis.commands.core import Script
@@ -266,6 +266,27 @@ class Frontier:
         if delays:
             fields: dict[FieldT, EncodableT] = {h: d for h, d in delays.items()}
             (pipe or self.redis).hset(keys.host_delays(job), mapping=fields)
+
+    def hold_body(self, job: str, token: str, url: str, body: bytes, ttl: float, pipe: Any = None) -> str:
+        """Keep a fetched page's body for parse and store, for ``ttl`` seconds at most; returns the
+        key it travels under in messages. ``pipe``: a pipeline to add the write to."""
+        key = keys.body(job, token, url)
+        (pipe or self.redis).set(key, body, ex=int(ttl))
+        return key
+
+    def bodies(self, body_keys: Sequence[str]) -> list[bytes | None]:
+        """The bodies under ``body_keys`` (None for one that expired or that Redis lost)."""
+        # The client does not decode responses: values come back as bytes.
+        return cast(list[bytes | None], self.redis.mget(list(body_keys))) if body_keys else []
+
+    def drop_bodies(self, body_keys: Sequence[str], pipe: Any = None) -> None:
+        """The pages are stored: their bodies go."""
+        if body_keys:
+            (pipe or self.redis).unlink(*body_keys)
+
+    def claim_sitemaps(self, job: str, origin: str) -> bool:
+        """True for the one caller that is to read the origin's sitemaps for the job."""
+        return bool(self.redis.sadd(keys.sitemaps(job), origin))
 
     def add_host_admitted(self, job: str, per_host: Mapping[str, int]) -> None:
         """Count URLs as admitted for their hosts' page budgets (a rebuilt job's stored pages)."""

@@ -9,11 +9,11 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from redis import Redis
 
-from crawler import jobs, keys
+from crawler import jobs
 from crawler.dedup import SeenCache, SeenSet, seen_set
 from crawler.dedup.neardup import NearDuplicates
 from crawler.fetch import Fetcher
@@ -74,8 +74,7 @@ class Context:
 
     def bodies(self, keys: list[str]) -> list[bytes | None]:
         """The fetched bodies under ``keys`` (None for one expired or lost)."""
-        # The client does not decode responses: values come back as bytes.
-        return cast(list[bytes | None], self.redis.mget(keys)) if keys else []
+        return self.frontier.bodies(keys)
 
     def seen_set(self, job: Job) -> SeenSet:
         """The job's seen-set (the kind its settings name), kept across tasks."""
@@ -127,7 +126,7 @@ def read_message(ctx: Context, task: str, job_id: str, decode: Callable[[Any], T
         return decode(data)
     except BadMessage as exc:
         log.error("job %s: dropping a %s message: %s", job_id, task, exc)
-        if ctx.redis.exists(keys.meta(job_id)):
+        if jobs.exists(ctx.redis, job_id):
             jobs.count(ctx.redis, job_id, bad_message=1, **{f"task_failed:{task}": 1})
         return None
 

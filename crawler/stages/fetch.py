@@ -6,7 +6,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from crawler import jobs, keys
+from crawler import jobs, nodes
 from crawler.fetch import FetchConfig
 from crawler.fetch.client import FetchResult, runtime
 from crawler.fetch.robots import origin_of
@@ -72,17 +72,16 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
         wait = retry.wait(e.attempts, r, robots.expires - now if robots is not None else 0.0)
         if wait is not None:
             done.append(Fetched(e.url, token, now + wait, r.ip))
-            pipe.hincrby(keys.counters(job.id), f"retry:{r.error}", 1)
+            jobs.count(pipe, job.id, **{f"retry:{r.error}": 1})
             continue
         done.append(Fetched(e.url, token, 0.0, r.ip))
         body_key = ""
         if r.body:
-            body_key = keys.body(job.id, token, e.url)
-            pipe.set(body_key, r.body, ex=BODY_TTL)
+            body_key = ctx.frontier.hold_body(job.id, token, e.url, r.body, BODY_TTL, pipe)
         nbytes += len(r.body)
         failed += r.error is not None
         if r.error:
-            pipe.hincrby(keys.counters(job.id), f"error:{r.error}", 1)
+            jobs.count(pipe, job.id, **{f"error:{r.error}": 1})
         pages.append(_page(ctx, e, r, body_key, archive, cycle, cycle_base, previous.get(e.url)))
         not_modified += r.status == 304
     delays = ctx.politeness.delay_updates(job, results, policies)
@@ -90,7 +89,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     jobs.count(pipe, job.id, fetched=len(pages), failed=failed, bytes=nbytes, not_modified=not_modified,
                fetch_tasks=1)
     jobs.count_cycle(pipe, job.id, cycle, fetched=len(pages), bytes=nbytes, not_modified=not_modified)
-    pipe.hincrby(keys.NODE_FETCHED, ctx.node, len(pages))
+    nodes.count_fetched(pipe, ctx.node, len(pages))
     ctx.frontier.fetched(job.id, done, lease_timeout=s.lease_timeout, delay=s.delay, pipe=pipe)
     pipe.execute()
     if s.sitemaps and policies:

@@ -61,7 +61,7 @@ def store_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage]) ->
     pipe = ctx.redis.pipeline(transaction=False)
     body_keys = [p.body_key for p in pages if p.body_key]
     if body_keys:
-        pipe.unlink(*body_keys)
+        ctx.frontier.drop_bodies(body_keys, pipe)
     storeretry.clear(pipe, job.id)
     pipe.execute()
     return len(written)
