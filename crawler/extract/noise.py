@@ -76,8 +76,9 @@ def _text_lengths(root: HtmlElement) -> tuple[dict[HtmlElement, int], dict[HtmlE
                 a += anchor[c]
             t += _chars(c.tail)
         total[el] = t
-        # an <a> nested in an <a> (invalid, but parsed) must not count twice
-        anchor[el] = t if el.tag == "a" else a
+        # an <a> nested in an <a> (invalid, but parsed) must not count twice; a name anchor
+        # (<a name>, no href) is plain text
+        anchor[el] = t if el.tag == "a" and el.get("href") is not None else a
     return total, anchor
 
 

@@ -58,6 +58,11 @@ def test_script_text_does_not_dilute_a_link_block() -> None:
     assert _hrefs(noise_blocks(lxml.html.document_fromstring(html))) == {"/a", "/b"}
 
 
+def test_name_anchors_are_text_not_links() -> None:
+    html = "<html><body><div><a name='s1'>Section one heading</a> <a href='/x'>x</a></div></body></html>"
+    assert noise_blocks(lxml.html.document_fromstring(html)) == set()
+
+
 def test_ratio_is_a_parameter() -> None:
     html = "<html><body><div>" + "t" * 60 + " <a href='/x'>" + "a" * 30 + "</a></div></body></html>"
     root = lxml.html.document_fromstring(html)
