@@ -65,18 +65,12 @@ _LANG_WINDOW = 16_384
 _TRAFILATURA_FORMAT: dict[str, str] = {"text": "txt", "markdown": "markdown"}
 
 
-def _interrupts() -> tuple[type[BaseException], ...]:
-    # Exceptions that stop the task rather than describe the page. Celery's soft time limit is
-    # an Exception: swallowed here, the task would run on into the hard limit, which kills the
-    # worker process. MemoryError on input this small means the process, not the page, is sick.
-    try:
-        from celery.exceptions import SoftTimeLimitExceeded
-    except ImportError:  # pragma: no cover - celery is a dependency; the module works without it
-        return (MemoryError,)
-    return (MemoryError, SoftTimeLimitExceeded)
-
-
-_INTERRUPTS = _interrupts()
+def _interrupts(exc: BaseException) -> bool:
+    """Whether ``exc`` stops the task rather than describes the page. Celery's soft time limit
+    is an Exception: swallowed here, the task would run on into the hard limit, which kills the
+    worker process; it is known by name, since this layer does not import Celery. MemoryError
+    on input this small means the process, not the page, is sick."""
+    return isinstance(exc, MemoryError) or any(c.__name__ == "SoftTimeLimitExceeded" for c in type(exc).__mro__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +126,9 @@ def extract_main_text(
         if not text.strip():
             return NoText("empty")
         return _extract(text, url, fmt, favor, min_chars)
-    except _INTERRUPTS:
-        raise
     except Exception as e:  # a broken page must cost its text only, never the worker's task
+        if _interrupts(e):
+            raise
         return NoText("error", type(e).__name__)
 
 
