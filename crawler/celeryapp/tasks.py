@@ -15,7 +15,7 @@ from crawler.celeryapp import beat
 from crawler.celeryapp.app import app
 from crawler.celeryapp.config import redis_url
 from crawler.frontier import liveshards
-from crawler.messages import groups_from_json, groups_to_json, pages_from_json, pages_to_json
+from crawler.messages import FetchedPage, groups_from_json, groups_to_json, pages_from_json, pages_to_json
 from crawler.redisconn import connect
 from crawler.settings import Settings
 from crawler.sharding import SHARED_QUEUE, queue_name
@@ -103,6 +103,16 @@ def routed(ctx: stages.Context, job: jobs.Job, shard: int) -> int:
     return liveshards.route(ctx.redis, shard, job.settings.shards)
 
 
+def _pages_message(task: Task[Any, Any], job_id: str,
+                   pages: list[dict[str, Any]]) -> tuple[stages.Context, jobs.Job, list[FetchedPage]] | None:
+    """The context, the job and the pages of a parse or store message; None for a message
+    this worker cannot read (counted and logged by ``read_message``)."""
+    ctx = context(task.request.hostname)
+    job = jobs.load(ctx.redis, job_id)
+    fetched = stages.read_message(ctx, task.name, job_id, pages_from_json, pages)
+    return None if fetched is None else (ctx, job, fetched)
+
+
 @app.task(name="crawler.fetch", base=CrawlTask, bind=True)
 def fetch_task(self: Task[Any, Any], job_id: str, shard: int, token: str, entries: list[str]) -> None:
     ctx = context(self.request.hostname)
@@ -118,11 +128,10 @@ def fetch_task(self: Task[Any, Any], job_id: str, shard: int, token: str, entrie
 
 @app.task(name="crawler.parse", base=CrawlTask, bind=True)
 def parse_task(self: Task[Any, Any], job_id: str, shard: int, token: str, pages: list[dict[str, Any]]) -> None:
-    ctx = context(self.request.hostname)
-    job = jobs.load(ctx.redis, job_id)
-    fetched = stages.read_message(ctx, self.name, job_id, pages_from_json, pages)
-    if fetched is None:
+    got = _pages_message(self, job_id, pages)
+    if got is None:
         return
+    ctx, job, fetched = got
     parsed, batches = stages.parse_stage(ctx, job, token, fetched)
     # Batches stay keyed by the links' home shard, so their tokens survive a takeover (a
     # redelivered parse sends the same tokens); the dedup task may run anywhere, and admission
@@ -143,11 +152,10 @@ def dedup_task(self: Task[Any, Any], job_id: str, token: str, links: list[Any]) 
 
 @app.task(name="crawler.store", base=CrawlTask, bind=True)
 def store_task(self: Task[Any, Any], job_id: str, shard: int, token: str, pages: list[dict[str, Any]]) -> None:
-    ctx = context(self.request.hostname)
-    job = jobs.load(ctx.redis, job_id)
-    fetched = stages.read_message(ctx, self.name, job_id, pages_from_json, pages)
-    if fetched is None:
+    got = _pages_message(self, job_id, pages)
+    if got is None:
         return
+    ctx, job, fetched = got
     try:
         stages.store_stage(ctx, job, token, fetched)
     except StoreRefused as exc:
