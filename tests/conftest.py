@@ -68,7 +68,7 @@ def make_web() -> Iterator[Callable[..., TestWeb]]:
     webs: list[TestWeb] = []
 
     def make(sites: int, pages: int, *, seed: int = 1, **kw: object) -> TestWeb:
-        web = TestWeb(WebModel(sites, pages, seed=seed), **kw).start()  # type: ignore[arg-type]
+        web = TestWeb(WebModel(sites, pages, seed=seed), **kw).start()
         webs.append(web)
         return web
 

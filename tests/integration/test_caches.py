@@ -143,7 +143,7 @@ def test_http_clients_beyond_the_bound_are_closed(make_web: Callable[..., TestWe
     assert len(rt._fetchers) == 2
     for f in fetchers[:3]:
         assert f.client.is_closed
-        assert not f.client._transport._pool.pools  # type: ignore[attr-defined]  # its sockets went too
+        assert not f.client._transport._pool.pools  # its sockets went too
     assert not any(f.client.is_closed for f in fetchers[3:])
     assert rt.fetcher(configs[0]) is not fetchers[0]  # a policy used again gets a new client
     rt.run(fetchers[4].client.aclose())
@@ -170,9 +170,9 @@ def test_job_handles_are_evicted_after_many_jobs(r: redis.Redis, tmp_path: Path,
     assert len(ctx._stores) == 2 and len(ctx._warcs) == 2
     for s, w in opened[:6]:
         with pytest.raises(sqlite3.ProgrammingError):  # closed, not just forgotten
-            s.conn.execute("SELECT 1")  # type: ignore[attr-defined]
+            s.conn.execute("SELECT 1")
         assert w._fh is None
     for s, w in opened[6:]:
-        s.conn.execute("SELECT 1")  # type: ignore[attr-defined]
+        s.conn.execute("SELECT 1")
         assert w._fh is not None
     ctx.close()

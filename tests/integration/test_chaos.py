@@ -53,7 +53,7 @@ def _check_exact(store_url: str, job_id: str, web: TestWeb) -> None:
 
 
 @pytest.fixture
-def big_web(make_web) -> TestWeb:  # type: ignore[no-untyped-def]
+def big_web(make_web) -> TestWeb:
     web: TestWeb = make_web(SITES, PAGES)
     assert len(web.reachable_urls()) >= 2000
     return web
@@ -92,7 +92,7 @@ def _workers_alive(workers: Workers) -> None:
 
 
 @pytest.fixture
-def small_web(make_web) -> TestWeb:  # type: ignore[no-untyped-def]
+def small_web(make_web) -> TestWeb:
     web: TestWeb = make_web(3, 200)
     assert len(web.reachable_urls()) >= 500
     return web

@@ -42,7 +42,7 @@ class CookieSite:
                 if key == "Content-Type":  # every response has one: the cookie rides along
                     send_header("Set-Cookie", f"sid{n}={'v' * 40}{n}; Path=/; Max-Age=3600")
                 send_header(key, value)
-            h.send_header = with_cookie  # type: ignore[method-assign]
+            h.send_header = with_cookie
             inner(h)
         self.web.route(0, path, handler)
 

@@ -76,7 +76,7 @@ def start_beat(name: str, redis_url: str, tmp: Path) -> subprocess.Popen[bytes]:
 
 
 def test_three_cycles_under_two_beats_follow_a_mutating_web(
-        r: redis.Redis, redis_url: str, make_web, workers: Workers, tmp_path: Path,  # type: ignore[no-untyped-def]
+        r: redis.Redis, redis_url: str, make_web, workers: Workers, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     web = make_web(2, 12)
     store_url = f"sqlite:///{tmp_path / 'crawl.db'}"
@@ -158,7 +158,7 @@ def test_three_cycles_under_two_beats_follow_a_mutating_web(
 
 
 def test_a_short_period_with_default_revisits_refetches_every_page_in_cycle_two(
-        r: redis.Redis, redis_url: str, make_web, workers: Workers, tmp_path: Path,  # type: ignore[no-untyped-def]
+        r: redis.Redis, redis_url: str, make_web, workers: Workers, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     web = make_web(2, 10)
     store_url = f"sqlite:///{tmp_path / 'crawl.db'}"
@@ -201,7 +201,7 @@ def _next_cycle(r: redis.Redis, job_id: str, at: float) -> int:
 
 
 @pytest.mark.parametrize("dedup", ["bloom", "set"])
-def test_pages_not_due_are_skipped_and_not_followed_to(r: redis.Redis, make_web, workers: Workers,  # type: ignore[no-untyped-def]
+def test_pages_not_due_are_skipped_and_not_followed_to(r: redis.Redis, make_web, workers: Workers,
                                                        tmp_path: Path, dedup: str) -> None:
     web = make_web(2, 10)
     store_url = f"sqlite:///{tmp_path / 'crawl.db'}"
@@ -224,7 +224,7 @@ def test_pages_not_due_are_skipped_and_not_followed_to(r: redis.Redis, make_web,
     assert int(r.hget(keys.cycle(job_id, 2), "not_due") or 0) == stored - 2
 
 
-def test_unconditional_server_same_bytes_count_unchanged_without_parsing(  # type: ignore[no-untyped-def]
+def test_unconditional_server_same_bytes_count_unchanged_without_parsing(
         r: redis.Redis, make_web, workers: Workers, tmp_path: Path) -> None:
     web = make_web(1, 10)
     store_url = f"sqlite:///{tmp_path / 'crawl.db'}"
@@ -251,7 +251,7 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def test_pause_resume_lose_and_repeat_nothing_and_idle_workers_sleep(  # type: ignore[no-untyped-def]
+def test_pause_resume_lose_and_repeat_nothing_and_idle_workers_sleep(
         r: redis.Redis, make_web, workers: Workers, tmp_path: Path) -> None:
     web = make_web(2, 30)
     store_url = f"sqlite:///{tmp_path / 'crawl.db'}"
@@ -279,7 +279,7 @@ def test_pause_resume_lose_and_repeat_nothing_and_idle_workers_sleep(  # type: i
     assert used < 0.15, f"an idle worker used {used:.2f} s of CPU in 3 s"
 
 
-def test_stop_stores_what_is_in_flight_and_dispatches_nothing_more(  # type: ignore[no-untyped-def]
+def test_stop_stores_what_is_in_flight_and_dispatches_nothing_more(
         r: redis.Redis, make_web, workers: Workers, tmp_path: Path) -> None:
     web = make_web(2, 30)
     store_url = f"sqlite:///{tmp_path / 'crawl.db'}"

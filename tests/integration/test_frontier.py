@@ -26,7 +26,7 @@ def _urls(host: str, n: int) -> list[Entry]:
 
 def _dispatch(f: Frontier, now: float, **kw: object) -> list[str]:
     args = {"max_urls": 100, "per_host": 1, "delay": 0.0, "lease_timeout": 60.0, "concurrency": 100, **kw}
-    d = f.dispatch(JOB, 0, now=now, **args)  # type: ignore[arg-type]
+    d = f.dispatch(JOB, 0, now=now, **args)
     return [e.url for e, _ in d.items]
 
 

@@ -28,7 +28,7 @@ def test_index_finds_the_earlier_page_within_the_distance(r: redis.Redis) -> Non
     assert nd.find_or_add("j", [("http://a/", base)], 3) == [None]  # a page is not its own duplicate
 
 
-def _page(text: str, links: list[str] = ()) -> hw.Handler:  # type: ignore[assignment]
+def _page(text: str, links: list[str] = ()) -> hw.Handler:
     return hw.body(hw.html("t", links, f"<p>{text}</p>"))
 
 

@@ -19,14 +19,14 @@ def _by_name(client: redis.Redis) -> dict[str, dict[str, object]]:
     return {n["node"].split("@")[0]: n for n in nodes.nodes(client)}
 
 
-def _wait(cond, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+def _wait(cond, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.2)
 
 
-def test_nodes_lists_workers_their_shards_work_and_state(r: redis.Redis, make_web, workers: Workers,  # type: ignore[no-untyped-def]
+def test_nodes_lists_workers_their_shards_work_and_state(r: redis.Redis, make_web, workers: Workers,
                                                         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     web = make_web(2, 15)
     a = workers.start("a", "shard-0")

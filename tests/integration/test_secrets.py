@@ -93,7 +93,7 @@ def password_role(pg_url: str, postgres_admin: str) -> Iterator[tuple[str, str]]
         pytest.skip("needs the private test PostgreSQL (its pg_hba.conf is edited)")
     role, password = "pw_" + pg_url.rsplit("_", 1)[-1], "worker-side-" + SECRET
     with psycopg.connect(postgres_admin, autocommit=True) as admin:
-        hba = Path(str(admin.execute("SHOW hba_file").fetchone()[0]))  # type: ignore[index]
+        hba = Path(str(admin.execute("SHOW hba_file").fetchone()[0]))
         original = hba.read_text()
         admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
         admin.execute(f"ALTER DATABASE {pg_url.rsplit('/', 1)[1]} OWNER TO {role}")
@@ -216,7 +216,7 @@ def test_private_redis_with_a_password_on_each_supported_server(which: str, monk
         with pytest.raises(redis.ResponseError, match="unknown command"):
             client.config_get("dir")
         client.close()
-        assert "p" * 20 not in Path(f"/proc/{server.proc.pid}/cmdline").read_text()  # type: ignore[union-attr]
+        assert "p" * 20 not in Path(f"/proc/{server.proc.pid}/cmdline").read_text()
 
 
 def test_a_worker_without_the_store_password_stops_the_job_with_the_reason(

@@ -81,7 +81,7 @@ class _CommitFailsOnce:
             if callable(before_commit):
                 before_commit(records)
             raise StoreUnavailable("postgresql: server closed the connection unexpectedly")
-        return self.inner.put(records, before_commit)  # type: ignore[arg-type]
+        return self.inner.put(records, before_commit)
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
@@ -101,7 +101,7 @@ def test_a_commit_that_fails_takes_back_its_warc_records(r: redis.Redis, tmp_pat
     r.set(body_key, b"<html>hello</html>")
     real = open_store(settings.store)
     assert isinstance(real, SQLiteStore)
-    ctx._stores.put(settings.store, _CommitFailsOnce(real))  # type: ignore[arg-type]
+    ctx._stores.put(settings.store, _CommitFailsOnce(real))
 
     with pytest.raises(StoreUnavailable):
         stages.store_stage(ctx, job, d.token, [_page(url, body_key)])
@@ -158,7 +158,7 @@ def test_an_older_database_gets_the_new_columns(tmp_path: Path) -> None:
     assert rows["http://e.com/b"]["simhash"] == "00ff" and rows["http://e.com/b"]["near_duplicate_of"] == "x"
 
 
-def test_fetch_tasks_of_one_dispatch_keep_their_own_bodies_and_links(r: redis.Redis, make_web) -> None:  # type: ignore[no-untyped-def]
+def test_fetch_tasks_of_one_dispatch_keep_their_own_bodies_and_links(r: redis.Redis, make_web) -> None:
     """The dispatcher splits one dispatch into several fetch tasks: each page must reach parse
     with its own body and every task's links must be admitted (the tasks once shared one token:
     body keys went by position, so pages swapped bodies, and a link batch is admitted once per

@@ -77,7 +77,7 @@ def test_concurrent_writers_leave_one_row_per_page_with_unique_ids(store_url: st
     assert len({r["id"] for r in rows}) == 200
 
 
-def test_a_crawl_into_postgresql(r: redis.Redis, pg_url: str, make_web, workers: Workers,  # type: ignore[no-untyped-def]
+def test_a_crawl_into_postgresql(r: redis.Redis, pg_url: str, make_web, workers: Workers,
                                  tmp_path: Path) -> None:
     web = make_web(2, 15)
     workers.start("w0", "shard-0,shard-1")

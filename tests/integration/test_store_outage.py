@@ -106,7 +106,7 @@ def _counter(client: redis.Redis, job_id: str, name: str) -> int:
 
 
 def test_a_postgresql_restart_mid_crawl_loses_nothing_and_refetches_nothing(
-        r: redis.Redis, pg: PgServer, make_web, workers: Workers, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+        r: redis.Redis, pg: PgServer, make_web, workers: Workers, tmp_path: Path) -> None:
     web = make_web(3, 100)
     reachable = web.reachable_urls()
     assert len(reachable) >= 300

@@ -105,7 +105,7 @@ def test_a_silent_shard_is_taken_over_once_and_given_back(r: redis.Redis, tmp_pa
 
 
 def test_kill_9_the_only_worker_of_a_shard_and_never_restart_it(
-        r: redis.Redis, make_web, workers: Workers, tmp_path: Path,  # type: ignore[no-untyped-def]
+        r: redis.Redis, make_web, workers: Workers, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     web: TestWeb = make_web(4, 120)
     homes = {shard_of_host(u.split("/")[2], 2) for u in web.seeds()}
@@ -136,7 +136,7 @@ def test_kill_9_the_only_worker_of_a_shard_and_never_restart_it(
     assert "shard 1: taken over since" in capsys.readouterr().out
 
 
-def _wait(cond, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+def _wait(cond, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         assert time.monotonic() < deadline, "timed out"
@@ -144,7 +144,7 @@ def _wait(cond, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_a_dead_shard_gets_its_hosts_back_when_its_worker_returns(
-        r: redis.Redis, make_web, workers: Workers, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+        r: redis.Redis, make_web, workers: Workers, tmp_path: Path) -> None:
     web: TestWeb = make_web(4, 60)
     env = {**FAST_RECOVERY, "CRAWLER_TAKEOVER_AFTER": "3"}
     workers.start("s0", "shard-0", env=env)

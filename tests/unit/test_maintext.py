@@ -27,7 +27,7 @@ def test_article_text_without_nav_footer_or_tags() -> None:
 def test_metadata() -> None:
     page = noisy_page(4, paragraphs=10)
     got = main_text(page.html, URL, "text")
-    assert got == MainText(text=got.text, format="text", title=page.title, author="Jane Example",  # type: ignore[union-attr]
+    assert got == MainText(text=got.text, format="text", title=page.title, author="Jane Example",
                            date="2024-03-15", language="en")
 
 
@@ -97,9 +97,9 @@ def test_hostile_input_returns_none_without_raising(body: bytes | str, fmt: main
 
 
 def test_no_text_says_why() -> None:
-    assert extract_main_text(b"", URL).reason == "empty"  # type: ignore[union-attr]
-    assert extract_main_text(b"\x89PNG\r\n\x1a\n\x00\x00", URL).reason == "not_html"  # type: ignore[union-attr]
-    assert extract_main_text(b"<html><body><a href='/x'>x</a></body></html>", URL).reason == "no_content"  # type: ignore[union-attr]
+    assert extract_main_text(b"", URL).reason == "empty"
+    assert extract_main_text(b"\x89PNG\r\n\x1a\n\x00\x00", URL).reason == "not_html"
+    assert extract_main_text(b"<html><body><a href='/x'>x</a></body></html>", URL).reason == "no_content"
 
 
 def test_tag_limit() -> None:

@@ -44,7 +44,7 @@ def slow(seconds: float, then: Handler) -> Handler:
     return handler
 
 
-def html(title: str, links: list[str] = (), extra: str = "") -> bytes:  # type: ignore[assignment]
+def html(title: str, links: list[str] = (), extra: str = "") -> bytes:
     anchors = "".join(f'<a href="{u}">{u}</a>' for u in links)
     return f"<html><head><title>{title}</title></head><body>{anchors}{extra}</body></html>".encode()
 
