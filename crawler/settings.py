@@ -11,11 +11,25 @@ import ipaddress
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from crawler.errors import ConfigError, shown
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_networks(specs: Iterable[str]) -> list[IPNetwork]:
+    """CIDRs (``127.0.1.0/24``) or single addresses; a clear error names a bad one (the
+    ``allow_networks`` setting, and the fetcher's network guard)."""
+    out = []
+    for spec in specs:
+        try:
+            out.append(ipaddress.ip_network(spec.strip(), strict=False))
+        except ValueError as exc:
+            raise ConfigError(f"not a network: {spec!r} ({exc})") from exc
+    return out
 
 
 def _s(default: Any, doc: str, *, job: bool = False) -> Any:
@@ -118,8 +132,6 @@ class Settings:
         """Self, if every field has its type and lies in its range; else SettingError."""
         for f in fields(self):
             _check_field(f, getattr(self, f.name))
-        from crawler.fetch.netguard import parse_networks
-
         try:
             parse_networks(self.allow_networks)
         except ValueError as exc:

@@ -29,10 +29,10 @@ import httpx
 from crawler import errors
 from crawler.fetch import decoding
 from crawler.fetch.cookies import NoCookies
-from crawler.fetch.netguard import GuardedBackend, NetworkGuard, Resolver, parse_networks
+from crawler.fetch.netguard import GuardedBackend, NetworkGuard, Resolver
 from crawler.lru import LRU
 from crawler.parse.html import is_html
-from crawler.settings import process_limit
+from crawler.settings import parse_networks, process_limit
 from crawler.urls import canonicalize
 
 T = TypeVar("T")

@@ -23,9 +23,9 @@ from httpcore._backends.auto import AutoBackend
 from httpcore._utils import is_socket_readable
 
 from crawler import errors
+from crawler.settings import IPNetwork
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _6TO4 = ipaddress.ip_network("2002::/16")
@@ -49,17 +49,6 @@ DENIED_NETWORKS: tuple[IPNetwork, ...] = tuple(ipaddress.ip_network(n) for n in 
     "2001::/23", "2001:db8::/32", "3fff::/20",
 ))
 _DENIED = {v: [n for n in DENIED_NETWORKS if n.version == v] for v in (4, 6)}
-
-
-def parse_networks(specs: Iterable[str]) -> list[IPNetwork]:
-    """CIDRs (``127.0.1.0/24``) or single addresses; a clear error names a bad one."""
-    out = []
-    for spec in specs:
-        try:
-            out.append(ipaddress.ip_network(spec.strip(), strict=False))
-        except ValueError as exc:
-            raise errors.ConfigError(f"not a network: {spec!r} ({exc})") from exc
-    return out
 
 
 def _embedded_v4(ip: IPAddress) -> ipaddress.IPv4Address | None:

@@ -28,8 +28,8 @@ from redis import Redis
 
 from crawler import keys
 from crawler.errors import Reason
-from crawler.fetch.netguard import parse_networks
 from crawler.lru import ENTRY_OVERHEAD, LRU
+from crawler.settings import parse_networks
 
 ROBOTS_MAX_BYTES = 500_000  # RFC 9309 asks crawlers to read at least 500 KiB
 SITEMAP_MAX_BYTES = 10_000_000

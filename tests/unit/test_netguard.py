@@ -3,7 +3,8 @@ import asyncio
 import pytest
 
 from crawler import errors
-from crawler.fetch.netguard import NetworkGuard, Resolver, is_public, parse_networks
+from crawler.fetch.netguard import NetworkGuard, Resolver, is_public
+from crawler.settings import parse_networks
 
 
 @pytest.mark.parametrize("address", [
