@@ -64,6 +64,8 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sitemaps", action="store_true", default=None, help="seed from robots.txt Sitemap: lines")
     p.add_argument("--ignore-robots", action="store_false", dest="obey_robots", default=None,
                    help="do not fetch or obey robots.txt")
+    p.add_argument("--extract", metavar="text|markdown",
+                   help="store each HTML page's main text, as plain text or markdown, in the content table")
     p.add_argument("--redis-url", help="Redis to use (default: $CRAWLER_REDIS_URL, or a private one for crawl)")
 
 
@@ -72,7 +74,7 @@ _TEXT_FLAGS = ("max_pages", "max_depth", "delay", "per_host", "concurrency", "sh
 
 def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
     names = ("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards", "allow_domains",
-             "user_agent", "redis_url", "allow_networks", "resolve", "sitemaps", "obey_robots")
+             "user_agent", "redis_url", "allow_networks", "resolve", "sitemaps", "obey_robots", "extract")
     given = {**{n: getattr(args, n, None) for n in names}, **extra}
     for name in _TEXT_FLAGS:
         if isinstance(given.get(name), str):
@@ -346,7 +348,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise SystemExit(f"crawler export: no crawl database at {url[len('sqlite:///'):]}")
     store = open_store(url)
     try:
-        rows = store.pages(args.job)
+        rows = store.content(args.job) if args.content else store.pages(args.job)
         if args.format == "jsonl":
             for row in rows:
                 sys.stdout.write(json.dumps(row, ensure_ascii=False) + "\n")
@@ -409,7 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--workers", metavar="N")
     d.add_argument("-q", "--quiet", action="store_true")
     for name in ("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards", "allow_domains",
-                 "user_agent", "redis_url", "allow_networks", "resolve", "sitemaps", "obey_robots"):
+                 "user_agent", "redis_url", "allow_networks", "resolve", "sitemaps", "obey_robots", "extract"):
         d.set_defaults(**{name: None})
     d.set_defaults(func=cmd_demo)
 
@@ -484,10 +486,12 @@ def build_parser() -> argparse.ArgumentParser:
     nd.add_argument("--redis-url")
     nd.set_defaults(func=cmd_nodes)
 
-    e = sub.add_parser("export", help="print stored pages")
+    e = sub.add_parser("export", help="print stored pages (or, with --content, their main text)")
     e.add_argument("source", help="an output directory or a store URL")
     e.add_argument("--format", choices=["jsonl", "csv"], default="jsonl")
     e.add_argument("--job", help="only this job's pages")
+    e.add_argument("--content", action="store_true",
+                   help="the pages' main text (the content table, filled by --extract) instead of the pages")
     e.set_defaults(func=cmd_export)
     t = sub.add_parser("settings", help="print the settings table (defaults, env names, meaning)")
     t.add_argument("--readme", metavar="FILE", help="rewrite the table between the markers in FILE")

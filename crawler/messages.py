@@ -102,6 +102,15 @@ class FetchedPage:
     outlinks: tuple[str, ...] = ()
     simhash: int | None = None
     near_duplicate_of: str | None = None
+    # Set by parse when the job extracts main text (``extract``) and the page has some: the text
+    # in ``main_format``, and what the page says of itself. Optional with defaults, so messages
+    # from workers without them still read as version 1.
+    main_text: str | None = None
+    main_format: str = ""
+    main_title: str | None = None
+    main_author: str | None = None
+    main_date: str | None = None
+    main_language: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict; fields at their defaults are left out (from_json puts them back)."""

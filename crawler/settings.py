@@ -65,6 +65,7 @@ class Settings:
     near_duplicates: bool = _s(True, "Compute each page's simhash and mark near-duplicates of earlier pages", job=True)
     near_duplicate_distance: int = _s(3, "Pages whose simhashes differ in at most this many bits are near-duplicates", job=True)
     follow_near_duplicates: bool = _s(True, "Follow the links of near-duplicate pages", job=True)
+    extract: str = _s("", "Store each HTML page's main text (trafilatura) in the content table as `text` or `markdown` (empty: off)", job=True)
     local_cache_size: int = _s(100_000, "URLs each worker process remembers as seen, to skip Redis (0: off)")
     max_pages_per_host: int = _s(100_000, "Pages admitted per host at most: stops session-id and calendar traps that other rules miss; generous, so a real site is rarely cut (0: no limit)", job=True)
     max_links_per_page: int = _s(5_000, "Links taken from one page at most (in document order); a page with more is counted `links_capped`, the rest `links_dropped` (0: no limit)", job=True)
@@ -217,6 +218,8 @@ _RANGES: dict[str, tuple[float, bool, float | None]] = {
     "revisit_grow": (1, True, None),
     "revisit_shrink": (0, False, 1),
 }
+# The main-text formats ``extract`` may name ("" is off); the extractor's own ``Format``.
+EXTRACT_FORMATS = ("", "text", "markdown")
 _HINTS = {"revisit_min": " (0: the job's period)"}
 # Sent as HTTP header values: printable ASCII only, or one line could carry a second header.
 _HEADER_VALUES = frozenset({"user_agent", "robots_user_agent"})
@@ -281,6 +284,8 @@ def _check_field(f: dataclasses.Field[Any], value: Any) -> None:
                 raise _bad(name, f"must be a {' or '.join(s + '://' for s in schemes)} URL", value)
         if name == "dedup" and value not in ("auto", "bloom", "set"):
             raise _bad(name, "must be auto, bloom or set", value)
+        if name == "extract" and value not in EXTRACT_FORMATS:
+            raise _bad(name, "must be text or markdown (empty: off)", value)
     elif kind is list:
         if not isinstance(value, (list, tuple)):
             raise _bad(name, "must be a list", value)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from crawler import jobs
 from crawler.dedup.simhash import simhash
 from crawler.errors import BadURL
+from crawler.extract.maintext import Format, MainText, extract_main_text
 from crawler.jobs import Job
 from crawler.messages import FetchedPage, LinkGroup, groups_to_json
 from crawler.parse import is_html, parse_html
@@ -37,6 +38,7 @@ def parse_stage(ctx: Context, job: Job, token: str,
     annotated: dict[str, FetchedPage] = {}
     nofollows: dict[str, bool] = {}
     lost: set[str] = set()
+    extracted: Counter[str] = Counter()
     for page, body in zip(want, bodies, strict=True):
         if body is None:
             # The body expired or Redis lost it: storing the page now would record it without
@@ -60,6 +62,8 @@ def parse_stage(ctx: Context, job: Job, token: str,
             page, title=parsed.title, canonical=parsed.canonical, noindex=parsed.noindex, nofollow=parsed.nofollow,
             outlinks=tuple(outlinks), simhash=simhash(parsed.text) if s.near_duplicates else None)
         nofollows[page.url] = parsed.nofollow
+        if s.extract:
+            annotated[page.url] = with_main_text(annotated[page.url], body, s.extract, extracted)
     hashed = [p for p in annotated.values() if p.simhash is not None]
     if hashed:
         originals = ctx.near_dups.find_or_add(job.id, [(p.url, p.simhash) for p in hashed if p.simhash is not None],
@@ -91,8 +95,22 @@ def parse_stage(ctx: Context, job: Job, token: str,
                links_not_http=not_http, links_out_of_scope=out_of_scope,
                near_duplicates=near, skipped_unchanged=sum(1 for p in pages if p.unchanged),
                body_lost=len(lost), links_capped=capped, links_dropped=dropped,
-               **{"dropped_trap:near_duplicate_query": query_traps})
+               **{"dropped_trap:near_duplicate_query": query_traps}, **extracted)
     jobs.count_cycle(ctx.redis, job.id, pages[0].cycle if pages else 0, parsed=len(annotated))
     ctx.frontier.expect(job.id, {link_token(token, shard): groups_to_json(links) for shard, links in batches.items()},
                         s.lease_timeout)
     return [annotated.get(p.url, p) for p in pages if p.url not in lost], dict(batches)
+
+
+def with_main_text(page: FetchedPage, body: bytes, fmt: str, tally: Counter[str]) -> FetchedPage:
+    """``page`` with its main text (as ``fmt``, the job's ``extract``), counted in ``tally`` as
+    ``extracted``; or ``page`` unchanged, counted ``extract:<reason>``. The extractor never
+    raises for a page, so a page without text loses only its text, never its row."""
+    fmt_: Format = "markdown" if fmt == "markdown" else "text"
+    got = extract_main_text(body, page.final_url or page.url, fmt_, content_type=page.content_type)
+    if not isinstance(got, MainText):
+        tally[f"extract:{got.reason}"] += 1
+        return page
+    tally["extracted"] += 1
+    return dataclasses.replace(page, main_text=got.text, main_format=got.format, main_title=got.title,
+                               main_author=got.author, main_date=got.date, main_language=got.language)

@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol
 
 from crawler.errors import ConfigError, StoreError
 from crawler.redact import redact
+
+
+@dataclass
+class ContentRecord:
+    """A page's main text (``extract``), stored in the ``content`` table beside its page row:
+    one row per job and URL, from the page's latest visit that had text."""
+
+    format: str  # "text" or "markdown"
+    text: str
+    title: str | None = None
+    author: str | None = None
+    date: str | None = None  # YYYY-MM-DD
+    language: str | None = None  # as the page declares it
 
 
 @dataclass
@@ -40,12 +53,22 @@ class PageRecord:
     gone_cycle: int | None = None  # the cycle in which a page that was there answered 404/410
     revisit_interval: float = 0.0  # seconds between visits, adapted to how often it changes
     next_visit: float = 0.0  # when the page is due again
+    # Not a column of ``pages``: the page's row in ``content``, written in the same transaction.
+    content: ContentRecord | None = field(default=None, metadata={"column": False})
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The ``pages`` columns."""
+        return {c: v for c, v in asdict(self).items() if c in COLUMNS}
+
+    def content_row(self) -> dict[str, Any] | None:
+        """The ``content`` columns (``CONTENT_TABLE_COLUMNS``), or None for a page without text."""
+        if self.content is None:
+            return None
+        return {"job_id": self.job_id, "url": self.url, **asdict(self.content), "fetched_at": self.fetched_at}
 
 
-COLUMNS = [f for f in PageRecord.__dataclass_fields__]
+COLUMNS = [f.name for f in fields(PageRecord) if f.metadata.get("column", True)]
+CONTENT_TABLE_COLUMNS = ("job_id", "url", "format", "text", "title", "author", "date", "language", "fetched_at")
 # What a visit that found the page unchanged (304, or the same bytes) keeps from the last one.
 CONTENT_COLUMNS = ("final_url", "status", "content_type", "title", "content_length", "content_sha1", "outlinks",
                    "canonical", "noindex", "nofollow", "simhash", "near_duplicate_of", "redirects", "changed_at")
@@ -72,13 +95,19 @@ BeforeCommit = Callable[[list[PageRecord]], None]
 class PageStore(Protocol):
     def put(self, records: Sequence[PageRecord], before_commit: BeforeCommit | None = None) -> list[PageRecord]:
         """Upsert pages by canonical URL. A record whose ``fetch_id`` is already stored for its
-        URL is skipped, so a redelivered batch writes nothing twice. ``before_commit`` gets the
+        URL is skipped, so a redelivered batch writes nothing twice. The ``content`` of each
+        record written is upserted into the ``content`` table (by job and URL) in the same
+        transaction. ``before_commit`` gets the
         records actually written, inside the transaction (the WARC is written there, so a crash
         can repeat WARC records but never lose them). Returns those records."""
         ...
 
     def pages(self, job_id: str | None = None) -> Iterator[dict[str, Any]]:
         """Every stored page as a dict of columns."""
+        ...
+
+    def content(self, job_id: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every stored main text (the ``content`` table) as a dict of columns."""
         ...
 
     def previous(self, job_id: str, urls: Sequence[str]) -> dict[str, dict[str, Any]]:

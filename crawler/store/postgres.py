@@ -12,7 +12,14 @@ from typing import Any
 
 from psycopg.rows import dict_row
 
-from crawler.store.base import COLUMNS, JSON_COLUMNS, BeforeCommit, JobDefinition, PageRecord
+from crawler.store.base import (
+    COLUMNS,
+    CONTENT_TABLE_COLUMNS,
+    JSON_COLUMNS,
+    BeforeCommit,
+    JobDefinition,
+    PageRecord,
+)
 from crawler.store.pgpool import PgPool
 
 _TYPES = {
@@ -35,6 +42,9 @@ SCHEMA = (
 )
 JOBS_SCHEMA = ("CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, seeds JSONB NOT NULL, settings JSONB NOT NULL, "
                "created_at DOUBLE PRECISION NOT NULL, every DOUBLE PRECISION, cron TEXT)")
+CONTENT_SCHEMA = ("CREATE TABLE IF NOT EXISTS content (id BIGSERIAL PRIMARY KEY, job_id TEXT NOT NULL, "
+                  "url TEXT NOT NULL, format TEXT NOT NULL, text TEXT NOT NULL, title TEXT, author TEXT, date TEXT, "
+                  "language TEXT, fetched_at DOUBLE PRECISION, UNIQUE (job_id, url))")
 
 _VALUES = ", ".join(f"%({c})s::jsonb" if c in JSON_COLUMNS else f"%({c})s" for c in COLUMNS)
 _UPSERT = (
@@ -43,6 +53,13 @@ _UPSERT = (
     f"{', '.join(f'{c} = excluded.{c}' for c in COLUMNS if c not in ('url', 'job_id'))} "
     # The same fetch delivered twice writes nothing the second time.
     f"WHERE pages.fetch_id IS DISTINCT FROM excluded.fetch_id RETURNING job_id, url"
+)
+
+_UPSERT_CONTENT = (
+    f"INSERT INTO content ({', '.join(CONTENT_TABLE_COLUMNS)}) "
+    f"VALUES ({', '.join(f'%({c})s' for c in CONTENT_TABLE_COLUMNS)}) "
+    f"ON CONFLICT (job_id, url) DO UPDATE SET "
+    f"{', '.join(f'{c} = excluded.{c}' for c in CONTENT_TABLE_COLUMNS if c not in ('url', 'job_id'))}"
 )
 
 
@@ -62,6 +79,7 @@ class PostgresStore:
             conn.execute("SELECT pg_advisory_xact_lock(7243001)")
             conn.execute(SCHEMA)
             conn.execute(JOBS_SCHEMA)
+            conn.execute(CONTENT_SCHEMA)
             conn.execute("CREATE INDEX IF NOT EXISTS pages_job_next ON pages (job_id, next_visit)")
             have = {r[0] for r in conn.execute(
                 "SELECT column_name FROM information_schema.columns WHERE table_name = 'pages'")}
@@ -80,6 +98,9 @@ class PostgresStore:
                 if not cur.nextset():
                     break
             new = [r for r in records if (r.job_id, r.url) in written]
+            texts = [row for r in new if (row := r.content_row()) is not None]
+            if texts:
+                cur.executemany(_UPSERT_CONTENT, texts)
             if new and before_commit is not None:
                 before_commit(new)
         return new
@@ -87,6 +108,12 @@ class PostgresStore:
     def pages(self, job_id: str | None = None) -> Iterator[dict[str, Any]]:
         with self.pool.dedicated(row_factory=dict_row) as conn:
             q = "SELECT * FROM pages" + (" WHERE job_id = %s" if job_id else "") + " ORDER BY id"
+            yield from conn.execute(q, (job_id,) if job_id else ())
+
+    def content(self, job_id: str | None = None) -> Iterator[dict[str, Any]]:
+        with self.pool.dedicated(row_factory=dict_row) as conn:
+            q = (f"SELECT {', '.join(CONTENT_TABLE_COLUMNS)} FROM content" + (" WHERE job_id = %s" if job_id else "")
+                 + " ORDER BY id")
             yield from conn.execute(q, (job_id,) if job_id else ())
 
     def previous(self, job_id: str, urls: Sequence[str]) -> dict[str, dict[str, Any]]:

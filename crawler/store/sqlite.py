@@ -8,7 +8,14 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from crawler.store.base import COLUMNS, JSON_COLUMNS, BeforeCommit, JobDefinition, PageRecord
+from crawler.store.base import (
+    COLUMNS,
+    CONTENT_TABLE_COLUMNS,
+    JSON_COLUMNS,
+    BeforeCommit,
+    JobDefinition,
+    PageRecord,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS pages (
@@ -52,12 +59,32 @@ CREATE TABLE IF NOT EXISTS jobs (
     every REAL,
     cron TEXT
 );
+CREATE TABLE IF NOT EXISTS content (
+    id INTEGER PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    url TEXT NOT NULL,
+    format TEXT NOT NULL,
+    text TEXT NOT NULL,
+    title TEXT,
+    author TEXT,
+    date TEXT,
+    language TEXT,
+    fetched_at REAL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS content_job_url ON content (job_id, url);
 """
 
 _INSERT = (
     f"INSERT INTO pages ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)}) "
     f"ON CONFLICT(job_id, url) DO UPDATE SET "
     f"{', '.join(f'{c} = excluded.{c}' for c in COLUMNS if c not in ('url', 'job_id'))}"
+)
+
+_INSERT_CONTENT = (
+    f"INSERT INTO content ({', '.join(CONTENT_TABLE_COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in CONTENT_TABLE_COLUMNS)}) "
+    f"ON CONFLICT(job_id, url) DO UPDATE SET "
+    f"{', '.join(f'{c} = excluded.{c}' for c in CONTENT_TABLE_COLUMNS if c not in ('url', 'job_id'))}"
 )
 
 
@@ -115,6 +142,9 @@ class SQLiteStore:
                 if before_commit is not None:
                     before_commit(new)
                 cur.executemany(_INSERT, [_row(r) for r in new])
+                texts = [row for r in new if (row := r.content_row()) is not None]
+                if texts:
+                    cur.executemany(_INSERT_CONTENT, [tuple(t[c] for c in CONTENT_TABLE_COLUMNS) for t in texts])
             cur.execute("COMMIT")
             return new
         except BaseException:
@@ -128,6 +158,17 @@ class SQLiteStore:
             q = "SELECT * FROM pages" + (" WHERE job_id = ?" if job_id else "") + " ORDER BY id"
             for row in conn.execute(q, (job_id,) if job_id else ()):
                 yield _decode(row)
+        finally:
+            conn.close()
+
+    def content(self, job_id: str | None = None) -> Iterator[dict[str, Any]]:
+        conn = sqlite3.connect(self.path, timeout=60)
+        conn.row_factory = sqlite3.Row
+        try:
+            q = (f"SELECT {', '.join(CONTENT_TABLE_COLUMNS)} FROM content" + (" WHERE job_id = ?" if job_id else "")
+                 + " ORDER BY id")
+            for row in conn.execute(q, (job_id,) if job_id else ()):
+                yield dict(row)
         finally:
             conn.close()
 
