@@ -15,6 +15,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import formatdate
+from html import escape
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -50,10 +51,12 @@ class _Server(ThreadingHTTPServer):
 class TestWeb:
     __test__ = False  # not a pytest test class
 
-    def __init__(self, model: WebModel, *, base_ip: str = "127.0.1.", first: int = 1, filler: int = 0) -> None:
+    def __init__(self, model: WebModel, *, base_ip: str = "127.0.1.", first: int = 1, filler: int = 0,
+                 articles: bool = False) -> None:
         self.model = model
         self.ips = [f"{base_ip}{first + i}" for i in range(model.sites)]
         self.filler = filler  # bytes of padding text per page, for realistic sizes
+        self.articles = articles  # each page carries an article (heading, paragraphs): main text to extract
         self.conditional = True  # answer If-None-Match / If-Modified-Since with 304
         self.log: list[Hit] = []
         self._lock = threading.Lock()
@@ -120,6 +123,20 @@ class TestWeb:
             return "/p/../p/" + path[3:]
         return path
 
+    @staticmethod
+    def article(site: int, path: str) -> tuple[str, list[str]]:
+        """The heading and paragraphs of a page's article (``articles=True``)."""
+        heading = f"Field notes from site {site} at {path}"
+        paragraphs = [
+            f"This article of site {site} at {path} describes how the river valley changed over the last "
+            f"century, as farms gave way to orchards and the old mill became a library.",
+            "Residents remember the floods of the early years, when the water reached the church steps and "
+            "the school moved to the hill for a whole winter while the town rebuilt its bridges.",
+            "Today the valley is known for its apples, its quiet roads and a festival every autumn that "
+            "draws visitors from the neighbouring towns to taste the year's first cider.",
+        ]
+        return heading, paragraphs
+
     def render(self, site: int, path: str) -> bytes:
         page = self.model.pages[(site, path)]
         rng = random.Random(zlib.crc32(f"{site} {path} {self.model.seed}".encode()))
@@ -130,8 +147,14 @@ class TestWeb:
         base = '<base href="/p/">' if path.startswith("/p/") else ""
         pad = ("<p>" + "lorem ipsum dolor sit amet " * (self.filler // 27) + "</p>") if self.filler else ""
         revision = f"<p>revision {page.version}</p>" if page.version else ""
-        html = (f"<!doctype html><html><head><meta charset=utf-8><title>Site {site} {path}</title>{base}</head>"
-                f"<body><h1>Site {site}</h1>{revision}<ul>{''.join(items)}</ul>{pad}</body></html>")
+        article = ""
+        if self.articles:
+            heading, paragraphs = self.article(site, path)
+            article = (f"<article><h2>{escape(heading)}</h2>"
+                       + "".join(f"<p>{escape(p)}</p>" for p in paragraphs) + "</article>")
+        lang = " lang=en" if self.articles else ""
+        html = (f"<!doctype html><html{lang}><head><meta charset=utf-8><title>Site {site} {path}</title>{base}"
+                f"</head><body><h1>Site {site}</h1>{revision}{article}<ul>{''.join(items)}</ul>{pad}</body></html>")
         return html.encode()
 
     def _handler(self, site: int) -> type[BaseHTTPRequestHandler]:
