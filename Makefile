@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # the default pre-assignment, keeps the long end-to-end tests from piling onto one process.
 PYTEST_WORKERS ?= auto
 
-.PHONY: install test lint unit demo settings-table clean bench bench-install bench-dedup bench-scaling up down
+.PHONY: install test lint unit demo settings-table clean bench bench-install bench-extract bench-dedup bench-scaling up down
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,9 +35,14 @@ demo: $(PY)
 	$(VENV)/bin/crawler demo --out crawl-out
 
 # Benchmarks, not tests: numbers for the README and issue notes.
-# `make bench`: ours against Scrapy and scrapy-redis on one synthetic web (installs the peers).
+# `make bench`: ours against Scrapy and scrapy-redis on one synthetic web (installs the peers),
+# then the CPU cost per page of main-text extraction (`--extract`).
 bench: bench-install
 	$(PY) -m bench.peers $(BENCH_ARGS)
+	$(PY) -m bench.extract_cost
+
+bench-extract: $(PY)
+	$(PY) -m bench.extract_cost
 
 bench-install: $(PY)
 	$(PY) -m pip install --quiet -e '.[bench]'

@@ -102,8 +102,9 @@ class FetchedPage:
     outlinks: tuple[str, ...] = ()
     simhash: int | None = None
     near_duplicate_of: str | None = None
-    # Set by parse when the job extracts main text (``extract``) and the page has some: the text
-    # in ``main_format``, and what the page says of itself. Optional with defaults, so messages
+    # Set by parse when the job extracts main text (``extract``): the format asked for, and if
+    # the page has main text, the text and what the page says of itself (``main_text`` None
+    # with a format: the page was looked at and has none). Optional with defaults, so messages
     # from workers without them still read as version 1.
     main_text: str | None = None
     main_format: str = ""

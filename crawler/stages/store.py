@@ -124,6 +124,6 @@ def to_record(job_id: str, token: str, node: str, p: FetchedPage) -> PageRecord:
         canonical=p.canonical, noindex=p.noindex, nofollow=p.nofollow,
         simhash=f"{p.simhash:016x}" if p.simhash is not None else None,
         near_duplicate_of=p.near_duplicate_of, etag=p.etag, last_modified=p.last_modified,
-        content=ContentRecord(p.main_format, p.main_text, title=p.main_title, author=p.main_author,
-                              date=p.main_date, language=p.main_language) if p.main_text is not None else None,
+        content=ContentRecord(p.main_format, p.main_text or "", title=p.main_title, author=p.main_author,
+                              date=p.main_date, language=p.main_language) if p.main_format else None,
     )

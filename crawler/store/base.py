@@ -13,7 +13,8 @@ from crawler.redact import redact
 @dataclass
 class ContentRecord:
     """A page's main text (``extract``), stored in the ``content`` table beside its page row:
-    one row per job and URL, from the page's latest visit that had text."""
+    one row per job and URL, from the page's latest visit. An empty ``text`` (the page was looked
+    at and has none) removes the row an earlier visit left."""
 
     format: str  # "text" or "markdown"
     text: str
@@ -61,10 +62,16 @@ class PageRecord:
         return {c: v for c, v in asdict(self).items() if c in COLUMNS}
 
     def content_row(self) -> dict[str, Any] | None:
-        """The ``content`` columns (``CONTENT_TABLE_COLUMNS``), or None for a page without text."""
-        if self.content is None:
+        """The ``content`` columns (``CONTENT_TABLE_COLUMNS``), or None when there is no text
+        (see ``content_gone``)."""
+        if self.content is None or not self.content.text:
             return None
         return {"job_id": self.job_id, "url": self.url, **asdict(self.content), "fetched_at": self.fetched_at}
+
+    @property
+    def content_gone(self) -> bool:
+        """This visit looked for main text and found none: an older row in ``content`` goes."""
+        return self.content is not None and not self.content.text
 
 
 COLUMNS = [f.name for f in fields(PageRecord) if f.metadata.get("column", True)]
@@ -96,8 +103,8 @@ class PageStore(Protocol):
     def put(self, records: Sequence[PageRecord], before_commit: BeforeCommit | None = None) -> list[PageRecord]:
         """Upsert pages by canonical URL. A record whose ``fetch_id`` is already stored for its
         URL is skipped, so a redelivered batch writes nothing twice. The ``content`` of each
-        record written is upserted into the ``content`` table (by job and URL) in the same
-        transaction. ``before_commit`` gets the
+        record written is upserted into the ``content`` table (by job and URL), or its row there
+        deleted when it has no text, in the same transaction. ``before_commit`` gets the
         records actually written, inside the transaction (the WARC is written there, so a crash
         can repeat WARC records but never lose them). Returns those records."""
         ...

@@ -101,6 +101,9 @@ class PostgresStore:
             texts = [row for r in new if (row := r.content_row()) is not None]
             if texts:
                 cur.executemany(_UPSERT_CONTENT, texts)
+            gone = [(r.job_id, r.url) for r in new if r.content_gone]
+            if gone:
+                cur.executemany("DELETE FROM content WHERE job_id = %s AND url = %s", gone)
             if new and before_commit is not None:
                 before_commit(new)
         return new

@@ -145,6 +145,9 @@ class SQLiteStore:
                 texts = [row for r in new if (row := r.content_row()) is not None]
                 if texts:
                     cur.executemany(_INSERT_CONTENT, [tuple(t[c] for c in CONTENT_TABLE_COLUMNS) for t in texts])
+                gone = [(r.job_id, r.url) for r in new if r.content_gone]
+                if gone:
+                    cur.executemany("DELETE FROM content WHERE job_id = ? AND url = ?", gone)
             cur.execute("COMMIT")
             return new
         except BaseException:

@@ -16,6 +16,7 @@ from crawler.frontier import Fetched
 from crawler.messages import FetchedPage
 from crawler.settings import Settings
 from crawler.store import open_store
+from crawler.store.base import ContentRecord, PageRecord
 from crawler.testweb import TestWeb
 from tests.conftest import Workers, wait_done
 from tests.integration.test_crawl import cli, no_private_redis_env
@@ -137,4 +138,19 @@ def test_an_older_sqlite_database_gains_the_content_table(tmp_path: Path) -> Non
     conn.close()
     store = open_store(f"sqlite:///{db}")
     assert list(store.content()) == []
+    store.close()
+
+
+def test_a_later_visit_without_text_removes_the_older_text(store_url: str) -> None:
+    store = open_store(store_url)
+    text = ContentRecord("markdown", "## Title\n\nBody text here.", title="Title", language="en")
+    assert store.put([PageRecord(url="http://e.com/", job_id="j", fetch_id="f1", content=text)])
+    assert [c["text"] for c in store.content("j")] == [text.text]
+    # Another visit, extraction off (no content at all): the text stays.
+    assert store.put([PageRecord(url="http://e.com/", job_id="j", fetch_id="f2")])
+    assert [c["text"] for c in store.content("j")] == [text.text]
+    # Another visit that looked and found no text: the text goes; the page stays.
+    none = ContentRecord("markdown", "")
+    assert store.put([PageRecord(url="http://e.com/", job_id="j", fetch_id="f3", content=none)])
+    assert list(store.content("j")) == [] and len(list(store.pages("j"))) == 1
     store.close()
