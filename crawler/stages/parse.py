@@ -105,14 +105,14 @@ def parse_stage(ctx: Context, job: Job, token: str,
 def with_main_text(page: FetchedPage, body: bytes, fmt: str, tally: Counter[str]) -> FetchedPage:
     """``page`` with its main text (as ``fmt``, the job's ``extract``), counted in ``tally`` as
     ``extracted``; or ``page`` with ``main_format`` but no ``main_text``, counted
-    ``extract:<reason>``. The extractor never
-    raises for a page, so a page without text loses only its text, never its row."""
-    fmt_: Format = "markdown" if fmt == "markdown" else "text"
-    got = extract_main_text(body, page.final_url or page.url, fmt_, content_type=page.content_type)
+    ``extract:<reason>``. The extractor never raises for a page, so a page without text loses
+    only its text, never its row."""
+    wanted: Format = "markdown" if fmt == "markdown" else "text"
+    got = extract_main_text(body, page.final_url or page.url, wanted, content_type=page.content_type)
     if not isinstance(got, MainText):
         tally[f"extract:{got.reason}"] += 1
         # The format without a text says "looked, found none": the store drops an older text.
-        return dataclasses.replace(page, main_format=fmt_)
+        return dataclasses.replace(page, main_format=wanted)
     tally["extracted"] += 1
     return dataclasses.replace(page, main_text=got.text, main_format=got.format, main_title=got.title,
                                main_author=got.author, main_date=got.date, main_language=got.language)
