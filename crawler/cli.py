@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import logging
 import signal
@@ -19,6 +18,7 @@ from crawler.celeryapp.config import environment, redis_url
 from crawler.dedup.bloom import BloomSeen
 from crawler.embedded import crawl
 from crawler.errors import BadURL, ConfigError, CrawlerError, JobNotFound
+from crawler.export import export_by_depth, write_rows
 from crawler.frontier import Frontier, liveshards, takeover
 from crawler.jobs import set_shards
 from crawler.redact import has_password, redact
@@ -56,7 +56,14 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", metavar="N", help="requests in flight in total")
     p.add_argument("--shards", metavar="N", help="number of shards")
     p.add_argument("--allow-domain", action="append", dest="allow_domains", metavar="DOMAIN",
-                   help="registered domain in scope (repeatable; default: the seeds' domains)")
+                   help="registered domain in scope (repeatable; default: the seeds' domains); given, these "
+                        "replace the seeds' own domains rather than add to them, so list those too to keep them")
+    p.add_argument("--allow-url", action="append", dest="allow_urls", metavar="RE",
+                   help="follow only links matching one such regular expression (repeatable; seeds exempt)")
+    p.add_argument("--deny-url", action="append", dest="deny_urls", metavar="RE",
+                   help="do not follow links matching this regular expression (repeatable; seeds exempt)")
+    p.add_argument("--follow-nofollow", action="store_true", default=None,
+                   help="follow links marked rel=nofollow (default: drop them); meta robots nofollow is still obeyed")
     p.add_argument("--user-agent", help="User-Agent header")
     p.add_argument("--allow-net", action="append", dest="allow_networks", metavar="CIDR",
                    help="a network that may be fetched although not public (repeatable)")
@@ -74,7 +81,8 @@ _TEXT_FLAGS = ("max_pages", "max_depth", "delay", "per_host", "concurrency", "sh
 
 def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
     names = ("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards", "allow_domains",
-             "user_agent", "redis_url", "allow_networks", "resolve", "sitemaps", "obey_robots", "extract")
+             "user_agent", "redis_url", "allow_networks", "resolve", "sitemaps", "obey_robots", "extract",
+             "allow_urls", "deny_urls", "follow_nofollow")
     given = {**{n: getattr(args, n, None) for n in names}, **extra}
     for name in _TEXT_FLAGS:
         if isinstance(given.get(name), str):
@@ -346,19 +354,23 @@ def cmd_export(args: argparse.Namespace) -> int:
     url = target if "://" in target else f"sqlite:///{Path(target).resolve() / 'crawl.db'}"
     if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
         raise SystemExit(f"crawler export: no crawl database at {url[len('sqlite:///'):]}")
+    if (args.depth is not None or args.by_depth) and args.content:
+        raise SystemExit("crawler export: --depth and --by-depth select pages; the content table has no depth")
+    if args.by_depth and not args.out:
+        raise SystemExit("crawler export: --by-depth needs --out PREFIX (files PREFIX.depth-N.FORMAT)")
     store = open_store(url)
     try:
         rows = store.content(args.job) if args.content else store.pages(args.job)
-        if args.format == "jsonl":
-            for row in rows:
-                sys.stdout.write(json.dumps(row, ensure_ascii=False) + "\n")
+        if args.depth is not None:
+            rows = (row for row in rows if row.get("depth") == args.depth)
+        if args.by_depth:
+            for path in export_by_depth(rows, args.out, args.format):
+                print(path, file=sys.stderr)
+        elif args.out:
+            with open(args.out, "w", encoding="utf-8", newline="") as out:
+                write_rows(rows, out, args.format)
         else:
-            writer: Any = None
-            for row in rows:
-                if writer is None:
-                    writer = csv.DictWriter(sys.stdout, fieldnames=list(row))
-                    writer.writeheader()
-                writer.writerow({k: json.dumps(v) if isinstance(v, list) else v for k, v in row.items()})
+            write_rows(rows, sys.stdout, args.format)
     finally:
         store.close()
     return 0
@@ -411,7 +423,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--workers", metavar="N")
     d.add_argument("-q", "--quiet", action="store_true")
     for name in ("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards", "allow_domains",
-                 "user_agent", "redis_url", "allow_networks", "resolve", "sitemaps", "obey_robots", "extract"):
+                 "user_agent", "redis_url", "allow_networks", "resolve", "sitemaps", "obey_robots", "extract",
+                 "allow_urls", "deny_urls", "follow_nofollow"):
         d.set_defaults(**{name: None})
     d.set_defaults(func=cmd_demo)
 
@@ -492,6 +505,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--job", help="only this job's pages")
     e.add_argument("--content", action="store_true",
                    help="the pages' main text (the content table, filled by --extract) instead of the pages")
+    e.add_argument("--depth", type=int, metavar="N", help="only pages at depth N (seeds are depth 0)")
+    e.add_argument("--by-depth", action="store_true",
+                   help="one file per depth: OUT.depth-N.FORMAT (needs --out)")
+    e.add_argument("--out", metavar="PATH", help="write to PATH (with --by-depth: the files' prefix) instead of stdout")
     e.set_defaults(func=cmd_export)
     t = sub.add_parser("settings", help="print the settings table (defaults, env names, meaning)")
     t.add_argument("--readme", metavar="FILE", help="rewrite the table between the markers in FILE")

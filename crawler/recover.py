@@ -33,6 +33,7 @@ from crawler.jobs import Job
 from crawler.messages import LinkGroup
 from crawler.redact import strip_password
 from crawler.schedule import next_cycle
+from crawler.scope import url_patterns
 from crawler.settings import Settings
 from crawler.stages import Context, dedup_stage
 from crawler.store import JobDefinition, PageStore
@@ -94,9 +95,10 @@ def _followed(row: _Row, s: Settings, allowed: frozenset[str]) -> list[str]:
     if row.near_duplicate_of and (not s.follow_near_duplicates or query_variant(row.url, row.near_duplicate_of)):
         return []
     out = []
+    patterns = url_patterns(s.allow_urls, s.deny_urls)
     for link in row.outlinks:
         try:
-            if not allowed or domain_of(link) in allowed:
+            if (not allowed or domain_of(link) in allowed) and patterns.follows(link):
                 out.append(link)
         except ValueError:
             continue

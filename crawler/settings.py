@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from crawler.errors import ConfigError, shown
+from crawler.scope import url_patterns
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -81,7 +82,10 @@ class Settings:
     resolve: list[str] = _s([], "Fixed DNS answers HOST=IP (like curl --resolve)", job=True)
     dns_ttl: float = _s(300.0, "Seconds a DNS answer is cached per worker process", job=True)
     concurrency: int = _s(64, "Requests in flight per job at most, over all hosts and shards", job=True)
-    allow_domains: list[str] = _s([], "Registered domains in scope (empty: the seeds' own)", job=True)
+    allow_domains: list[str] = _s([], "Registered domains in scope (empty: the seeds' own); when given they replace the seeds' domains, so list those too to keep them", job=True)
+    allow_urls: list[str] = _s([], "Regular expressions (Python `re.search`); when any is given, a link is followed only if it matches one. Seeds are exempt. At most 1000 characters each; `re` has no timeout, so keep them simple. In the environment comma-separated (use the flag for a pattern with a comma)", job=True)
+    deny_urls: list[str] = _s([], "Regular expressions (Python `re.search`); a link matching any is not followed, counted `links_denied_pattern`. Seeds are exempt; same limits as allow_urls", job=True)
+    follow_nofollow: bool = _s(False, "Follow links marked rel=nofollow (Scrapy, wget and Heritrix follow them for discovery); off: they are dropped, counted `links_nofollow`. Meta robots nofollow is obeyed either way", job=True)
     user_agent: str = _s("crawler/0.1 (+https://example.invalid/bot)", "User-Agent header sent with every request", job=True)
     fetch_batch: int = _s(32, "URLs per fetch task at most", job=True)
     connect_timeout: float = _s(5.0, "Seconds to open a connection", job=True)
@@ -139,6 +143,10 @@ class Settings:
             raise SettingError(f"setting allow_networks: {exc}") from None
         for item in self.resolve:
             _check_resolve(item)
+        try:
+            url_patterns(self.allow_urls, self.deny_urls)
+        except ConfigError as exc:
+            raise SettingError(str(exc)) from None
         if self.cron:
             from crawler.schedule import parse_cron
 

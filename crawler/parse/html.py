@@ -41,11 +41,13 @@ def _clean(text: str | None, limit: int = 1000) -> str:
 
 class ParsedPage:
     """What a page says about itself and where it links. ``links`` are absolute, without
-    fragments, http(s) only, unique, in document order, and exclude ``rel=nofollow`` anchors.
+    fragments, http(s) only, unique, in document order, and exclude ``rel=nofollow`` anchors
+    (counted ``nofollow_links``) unless ``follow_nofollow``.
     With ``max_links``, only the first that many are kept; ``dropped_links`` counts the anchors
     after them (not resolved, so not de-duplicated: a hostile page costs no more than its walk)."""
 
-    def __init__(self, url: str, body: bytes, content_type: str = "", max_links: int = 0) -> None:
+    def __init__(self, url: str, body: bytes, content_type: str = "", max_links: int = 0,
+                 follow_nofollow: bool = False) -> None:
         self.url = url
         self.body = body
         self._content_type = content_type
@@ -62,10 +64,11 @@ class ParsedPage:
         self.not_http_links = 0  # mailto:, javascript:, tel:, ftp: ...
         self.bad_links = 0  # hrefs that cannot be resolved to a URL at all
         self.dropped_links = 0  # anchors past max_links
+        self.nofollow_links = 0  # rel=nofollow anchors not taken (follow_nofollow off)
         if self.root is not None:
-            self._extract(max_links)
+            self._extract(max_links, follow_nofollow)
 
-    def _extract(self, max_links: int) -> None:
+    def _extract(self, max_links: int, follow_nofollow: bool) -> None:
         root = self.root
         assert root is not None
         for el in root.iter("base", "title", "meta", "link"):
@@ -87,7 +90,8 @@ class ParsedPage:
             if href is None:
                 continue
             rel = el.get("rel")
-            if rel and "nofollow" in rel.lower().split():
+            if rel and not follow_nofollow and "nofollow" in rel.lower().split():
+                self.nofollow_links += 1
                 continue
             if full:
                 self.dropped_links += 1
@@ -206,5 +210,6 @@ def _join(base: str, href: str) -> str | None:
     return None if isinstance(url, Skip) else url
 
 
-def parse_html(url: str, body: bytes, content_type: str = "", max_links: int = 0) -> ParsedPage:
-    return ParsedPage(url, body, content_type, max_links)
+def parse_html(url: str, body: bytes, content_type: str = "", max_links: int = 0,
+               follow_nofollow: bool = False) -> ParsedPage:
+    return ParsedPage(url, body, content_type, max_links, follow_nofollow)

@@ -12,6 +12,7 @@ from crawler.extract.maintext import Format, MainText, extract_main_text
 from crawler.jobs import Job
 from crawler.messages import FetchedPage, LinkGroup, groups_to_json
 from crawler.parse import is_html, parse_html
+from crawler.scope import url_patterns
 from crawler.sharding import shard_of_url
 from crawler.stages.context import Context
 from crawler.urls import canonicalize, domain_of, query_variant
@@ -35,6 +36,8 @@ def parse_stage(ctx: Context, job: Job, token: str,
     bodies = ctx.bodies([p.body_key for p in want])
     batches: dict[int, list[LinkGroup]] = defaultdict(list)
     bad = fragment = not_http = out_of_scope = near = capped = dropped = query_traps = 0
+    nofollow_links = denied = 0
+    patterns = url_patterns(s.allow_urls, s.deny_urls)
     annotated: dict[str, FetchedPage] = {}
     nofollows: dict[str, bool] = {}
     lost: set[str] = set()
@@ -46,7 +49,7 @@ def parse_stage(ctx: Context, job: Job, token: str,
             # expires, or the rebuilt frontier holds it, and it is fetched again.
             lost.add(page.url)
             continue
-        parsed = parse_html(page.final_url, body, page.content_type, s.max_links_per_page)
+        parsed = parse_html(page.final_url, body, page.content_type, s.max_links_per_page, s.follow_nofollow)
         capped += parsed.dropped_links > 0
         dropped += parsed.dropped_links
         outlinks: list[str] = []
@@ -58,6 +61,7 @@ def parse_stage(ctx: Context, job: Job, token: str,
         bad += parsed.bad_links
         fragment += parsed.fragment_links
         not_http += parsed.not_http_links
+        nofollow_links += parsed.nofollow_links
         annotated[page.url] = dataclasses.replace(
             page, title=parsed.title, canonical=parsed.canonical, noindex=parsed.noindex, nofollow=parsed.nofollow,
             outlinks=tuple(outlinks), simhash=simhash(parsed.text) if s.near_duplicates else None)
@@ -88,6 +92,9 @@ def parse_stage(ctx: Context, job: Job, token: str,
             if job.allowed and domain_of(link) not in job.allowed:
                 out_of_scope += 1
                 continue
+            if not patterns.empty and not patterns.follows(link):
+                denied += 1
+                continue
             by_shard[shard_of_url(link, s.shards)].append(link)
         for shard, urls in by_shard.items():
             batches[shard].append(LinkGroup(page.url, child_depth, tuple(urls)))
@@ -95,6 +102,7 @@ def parse_stage(ctx: Context, job: Job, token: str,
                links_not_http=not_http, links_out_of_scope=out_of_scope,
                near_duplicates=near, skipped_unchanged=sum(1 for p in pages if p.unchanged),
                body_lost=len(lost), links_capped=capped, links_dropped=dropped,
+               links_nofollow=nofollow_links, links_denied_pattern=denied,
                **{"dropped_trap:near_duplicate_query": query_traps}, **extracted)
     jobs.count_cycle(ctx.redis, job.id, pages[0].cycle if pages else 0, parsed=len(annotated))
     ctx.frontier.expect(job.id, {link_token(token, shard): groups_to_json(links) for shard, links in batches.items()},
