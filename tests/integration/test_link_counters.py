@@ -32,3 +32,18 @@ def test_a_fragment_a_mailto_and_a_broken_url_count_one_each_under_their_names(r
     c = jobs.status(r, job_id)["counters"]
     assert (c["links_fragment_only"], c["links_not_http"], c["bad_url"]) == (1, 1, 1)
     ctx.close()
+
+
+def test_nofollow_and_pattern_denied_links_are_counted_under_their_names(r: redis.Redis, tmp_path: Path) -> None:
+    settings = Settings.from_env(store=f"sqlite:///{tmp_path}/c.db", obey_robots=False, deny_urls=[r"\.pdf$"])
+    job_id = jobs.submit(r, settings, [A])
+    ctx = Context(r, frontier=Frontier(r), politeness=Politeness(r, settings), cache=SeenCache(10),
+                  near_dups=NearDuplicates(r))
+    r.set("body", b'<a rel="nofollow" href="/ad">ad</a><a href="/a.pdf">pdf</a><a href="/ok">ok</a>')
+    page = FetchedPage(url=A, final_url=A, status=200, content_type="text/html", body_key="body")
+    [parsed], batches = parse_stage(ctx, jobs.load(r, job_id), "t", [page])
+    assert parsed.outlinks == (A + "a.pdf", A + "ok")  # stored as found; the pattern decides following
+    assert [u for groups in batches.values() for g in groups for u in g.urls] == [A + "ok"]
+    c = jobs.status(r, job_id)["counters"]
+    assert (c["links_nofollow"], c["links_denied_pattern"]) == (1, 1)
+    ctx.close()
