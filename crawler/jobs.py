@@ -182,7 +182,7 @@ def set_shards(redis: Redis, job_id: str, shards: int) -> Moved:
 
 def periodic(redis: Redis) -> list[str]:
     """Ids of the periodic jobs, for the beat's cycle check."""
-    return sorted(_str(m) for m in redis.smembers(keys.PERIODIC))
+    return sorted(text(m) for m in redis.smembers(keys.PERIODIC))
 
 
 def drop_periodic(redis: Redis, job_id: str) -> None:
@@ -194,21 +194,18 @@ def cycle_schedule(redis: Redis, job_id: str) -> tuple[str, float | None]:
     status, due = redis.hmget(keys.meta(job_id), ["status", "next_cycle_at"])
     if status is None:
         raise JobNotFound(f"no such job: {job_id}")
-    return _str(status), float(due) if due else None
+    return text(status), float(due) if due else None
 
 
 def start_stage(redis: Redis, job_id: str) -> str:
     """How far the start of the current cycle got ('claimed', 'reset'; '' once running)."""
     raw = redis.hget(keys.meta(job_id), "start_stage")
-    return "" if raw is None else _str(raw)
+    return "" if raw is None else text(raw)
 
 
 def set_start_stage(redis: Redis, job_id: str, stage: str) -> None:
     redis.hset(keys.meta(job_id), "start_stage", stage)
 
-
-def _str(raw: bytes | str) -> str:
-    return raw.decode() if isinstance(raw, bytes) else raw
 
 
 def cycle_of(redis: Redis | Any, job_id: str) -> tuple[int, float]:

@@ -13,10 +13,11 @@ read a message of another shape as if it were its own.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from crawler.frontier import Entry
 
@@ -38,15 +39,23 @@ def _check_version(kind: str, got: Any) -> None:
 T = TypeVar("T")
 
 
+@functools.cache
+def _schema(cls: type[Any]) -> tuple[frozenset[str], tuple[str, ...]]:
+    """A message class's field names and the required ones, worked out once: every page of
+    every message is checked against them."""
+    fs = fields(cls)
+    return frozenset(f.name for f in fs), tuple(
+        f.name for f in fs if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+
+
 def _from_fields(cls: type[T], kind: str, data: Mapping[str, Any], tuples: Mapping[str, int]) -> T:
     """``cls`` from a decoded JSON object: unknown keys and missing required ones are refused;
     the JSON arrays of ``tuples`` (name -> nesting depth) become tuples again."""
-    known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]  # T is always a dataclass here; a TypeVar cannot say so
-    unknown = set(data) - known.keys() - {"v"}
+    known, required = _schema(cast(type, cls))  # a class is hashable; an unbounded TypeVar cannot say so
+    unknown = data.keys() - known - {"v"}
     if unknown:
         raise BadMessage(f"{kind} message has unknown fields {sorted(unknown)}")
-    missing = [n for n, f in known.items()
-               if n not in data and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [n for n in required if n not in data]
     if missing:
         raise BadMessage(f"{kind} message lacks fields {missing}")
     values = {k: v for k, v in data.items() if k != "v"}

@@ -74,9 +74,6 @@ def new_token() -> str:
     return uuid.uuid4().hex[:16]
 
 
-def _str(raw: bytes | str) -> str:
-    return raw.decode() if isinstance(raw, bytes) else raw
-
 
 def _flat(leases: Iterable[Lease]) -> list[str]:
     return [part for lease in leases for part in lease]
@@ -230,7 +227,7 @@ class Frontier:
 
     def active_jobs(self) -> list[str]:
         """Jobs that may have work to dispatch (the admit and done scripts keep the set)."""
-        return sorted(_str(m) for m in self.redis.smembers(keys.JOBS))
+        return sorted(text(m) for m in self.redis.smembers(keys.JOBS))
 
     def count(self, job: str, **deltas: int) -> None:
         """Add to the job's counters, beside those the scripts keep."""
@@ -243,10 +240,10 @@ class Frontier:
     def host_stats(self, job: str) -> list[HostStats]:
         """Every host the job has a delay of its own for, requests in flight to, or a queue for,
         by name."""
-        delays = {_str(k): float(v) for k, v in self.redis.hgetall(keys.host_delays(job)).items()}
-        inflight = {_str(k): int(v) for k, v in self.redis.hgetall(keys.host_inflight(job)).items()}
+        delays = {text(k): float(v) for k, v in self.redis.hgetall(keys.host_delays(job)).items()}
+        inflight = {text(k): int(v) for k, v in self.redis.hgetall(keys.host_inflight(job)).items()}
         cut = len(keys.host_queue(job, ""))
-        queued = {_str(k)[cut:] for k in self.redis.scan_iter(keys.host_queue_pattern(job))}
+        queued = {text(k)[cut:] for k in self.redis.scan_iter(keys.host_queue_pattern(job))}
         names = sorted(set(delays) | set(inflight) | queued)
         pipe = self.redis.pipeline(transaction=False)
         for h in names:

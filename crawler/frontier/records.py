@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from crawler.redisconn import text
+
 FETCHING, FETCHED = "f", "d"  # a lease's stage: request under way / page held for parse and store
 
-
-def _text(raw: str | bytes) -> str:
-    return raw.decode() if isinstance(raw, bytes) else raw
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,7 @@ class Lease:
 
     @classmethod
     def decode(cls, raw: str | bytes) -> Lease:
-        token, stage, shard, host, ipkey, entry = _text(raw).split(" ", 5)
+        token, stage, shard, host, ipkey, entry = text(raw).split(" ", 5)
         return cls(token, stage, int(shard), host, ipkey, entry)
 
 
@@ -51,7 +50,7 @@ class Retry:
 
     @classmethod
     def decode(cls, raw: str | bytes) -> Retry:
-        shard, host, entry = _text(raw).split(" ", 2)
+        shard, host, entry = text(raw).split(" ", 2)
         return cls(int(shard), host, entry)
 
 
@@ -67,5 +66,5 @@ class IpWait:
 
     @classmethod
     def decode(cls, raw: str | bytes) -> IpWait:
-        shard, host = _text(raw).split(" ", 1)
+        shard, host = text(raw).split(" ", 1)
         return cls(int(shard), host)
