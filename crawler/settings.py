@@ -86,6 +86,11 @@ class Settings:
     allow_urls: list[str] = _s([], "Regular expressions (Python `re.search`); when any is given, a link is followed only if it matches one. Seeds are exempt. At most 1000 characters each; `re` has no timeout, so keep them simple. In the environment comma-separated (use the flag for a pattern with a comma)", job=True)
     deny_urls: list[str] = _s([], "Regular expressions (Python `re.search`); a link matching any is not followed, counted `links_denied_pattern`. Seeds are exempt; same limits as allow_urls", job=True)
     follow_nofollow: bool = _s(False, "Follow links marked rel=nofollow (Scrapy, wget and Heritrix follow them for discovery); off: they are dropped, counted `links_nofollow`. Meta robots nofollow is obeyed either way", job=True)
+    spider: str = _s("", "The job's spider: package.module:Class, path/to/file.py:Class, or the name of an installed one (entry-point group crawler.spiders); empty: none", job=True)
+    spider_version: str = _s("", "Set by submit: the spider's version; a worker with another version refuses the job", job=True)
+    spider_args: list[str] = _s([], "key=value arguments for the spider's constructor (Scrapy's -a); they travel in Redis, so never a secret", job=True)
+    max_items_per_page: int = _s(1000, "Items stored from one page at most; more are counted `items_capped`", job=True)
+    max_item_bytes: int = _s(1_000_000, "Bytes of one page's items (as JSON) at most; the items past it are counted `items_capped`", job=True)
     user_agent: str = _s("crawler/0.1 (+https://example.invalid/bot)", "User-Agent header sent with every request", job=True)
     fetch_batch: int = _s(32, "URLs per fetch task at most", job=True)
     connect_timeout: float = _s(5.0, "Seconds to open a connection", job=True)
@@ -216,7 +221,7 @@ _RANGES: dict[str, tuple[float, bool, float | None]] = {
     "shards": (1, True, 1024),
     **dict.fromkeys(("per_host", "concurrency", "fetch_batch", "max_attempts", "bloom_capacity", "max_url_length",
                      "visibility_timeout", "task_time_limit", "warc_max_size", "workers", "sitemap_max_urls",
-                     "max_body", "max_redeliveries",
+                     "max_body", "max_redeliveries", "max_items_per_page", "max_item_bytes",
                      *CACHE_LIMITS),
                     (1, True, None)),
     **dict.fromkeys(("connect_timeout", "read_timeout", "request_deadline", "lease_timeout", "revisit_max",
@@ -298,7 +303,9 @@ def _check_field(f: dataclasses.Field[Any], value: Any) -> None:
         if not isinstance(value, (list, tuple)):
             raise _bad(name, "must be a list", value)
         for item in value:
-            if not isinstance(item, str) or not item or _ITEM_UNSAFE.search(item):
+            # Spider arguments are values a user types, spaces and all; other lists hold tokens.
+            unsafe = _CONTROL if name == "spider_args" else _ITEM_UNSAFE
+            if not isinstance(item, str) or not item or unsafe.search(item):
                 raise _bad(name, "items must be non-empty strings without spaces or control characters", item)
 
 

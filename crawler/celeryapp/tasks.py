@@ -19,6 +19,7 @@ from crawler.messages import FetchedPage, groups_from_json, groups_to_json, page
 from crawler.redisconn import connect
 from crawler.settings import Settings
 from crawler.sharding import SHARED_QUEUE, queue_name
+from crawler.spiders.loader import SpiderUnavailable
 from crawler.store import StoreRefused, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,7 @@ def fetch_task(self: Task[Any, Any], job_id: str, shard: int, token: str, entrie
     job = jobs.load(ctx.redis, job_id)
     try:
         pages = stages.fetch_stage(ctx, job, token, entries)
-    except StoreRefused as exc:
+    except (StoreRefused, SpiderUnavailable) as exc:
         stages.refuse(ctx, job, exc)
         return
     if pages:
@@ -132,7 +133,11 @@ def parse_task(self: Task[Any, Any], job_id: str, shard: int, token: str, pages:
     if got is None:
         return
     ctx, job, fetched = got
-    parsed, batches = stages.parse_stage(ctx, job, token, fetched)
+    try:
+        parsed, batches = stages.parse_stage(ctx, job, token, fetched)
+    except SpiderUnavailable as exc:
+        stages.refuse(ctx, job, exc)
+        return
     # Batches stay keyed by the links' home shard, so their tokens survive a takeover (a
     # redelivered parse sends the same tokens); the dedup task may run anywhere, and admission
     # places each host on the shard serving it now.

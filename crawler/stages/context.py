@@ -23,6 +23,8 @@ from crawler.lru import LRU
 from crawler.messages import BadMessage
 from crawler.politeness import Politeness
 from crawler.settings import Settings
+from crawler.spiders.base import Spider
+from crawler.spiders.loader import SpiderUnavailable, load
 from crawler.store import PageStore, StoreRefused, open_store
 from crawler.store.warc import WarcFiles
 from crawler.storeplace import place_dir, place_store
@@ -61,6 +63,7 @@ class Context:
         self._seen_sets: LRU[str, SeenSet] = LRU(self.job_cache_size)
         self._stores: LRU[str, PageStore] = LRU(self.open_stores, on_evict=lambda _url, s: s.close())
         self._warcs: LRU[str, WarcFiles] = LRU(self.open_stores, on_evict=lambda _dir, w: w.close())
+        self._spiders: LRU[str, Spider | SpiderUnavailable] = LRU(self.job_cache_size)
 
     @classmethod
     def default(cls, redis: Redis, settings: Settings | None = None, fetcher: Fetcher | None = None) -> Context:
@@ -83,6 +86,23 @@ class Context:
             seen = seen_set(self.redis, self.frontier, job.id, job.settings)
             self._seen_sets.put(job.id, seen)
         return seen
+
+    def spider(self, job: Job) -> Spider | None:
+        """The job's spider (None if it has none), built once per process and job; raises
+        SpiderUnavailable when this worker cannot run the spider the job was submitted with."""
+        s = job.settings
+        if not s.spider:
+            return None
+        got = self._spiders.get(job.id)
+        if got is None:
+            try:
+                got = load(s.spider, s.spider_version, s.spider_args)
+            except SpiderUnavailable as exc:
+                got = exc
+            self._spiders.put(job.id, got)
+        if isinstance(got, SpiderUnavailable):
+            raise got
+        return got
 
     def page_store(self, url: str) -> PageStore:
         """The store a job names, opened once; StoreNotAllowed (nothing opened or created) if
@@ -131,10 +151,12 @@ def read_message(ctx: Context, task: str, job_id: str, decode: Callable[[Any], T
         return None
 
 
-def refuse(ctx: Context, job: Job, error: StoreRefused) -> None:
-    """The job names a store this worker may not use (or that refuses it): stop it, counted and with the reason
-    for ``status``, rather than fetch pages it cannot store."""
+def refuse(ctx: Context, job: Job, error: StoreRefused | SpiderUnavailable) -> None:
+    """The job names a store this worker may not use (or that refuses it), or a spider it cannot
+    run: stop it, counted and with the reason for ``status``, rather than fetch pages it cannot
+    store or crawl without the code its user asked for."""
     log.error("job %s: stopped: %s", job.id, error)
-    jobs.count(ctx.redis, job.id, store_not_allowed=1)
+    counter = "spider_unavailable" if isinstance(error, SpiderUnavailable) else "store_not_allowed"
+    jobs.count(ctx.redis, job.id, **{counter: 1})
     jobs.stop(ctx.redis, job.id, error=f"{ctx.node}: {error}")
     jobs.forget(job.id)

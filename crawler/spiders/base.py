@@ -1,0 +1,106 @@
+"""The spider API: a class per site or job whose event-named hooks the stages call.
+
+Every hook is optional; the base class's defaults crawl exactly as a job without a spider does.
+Hooks run inside the stage that needs them, on whichever worker holds the page, so a spider
+keeps no state it expects to see again on the next page: another process may get that page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from crawler.spiders.page import Page
+    from crawler.spiders.session import Session
+
+
+@dataclass(frozen=True)
+class Follow:
+    """A link ``parse`` asks to follow (``page.follow(href)`` builds one, resolved against the
+    page). It passes the same scope, pattern and ``allow`` checks as an extracted link."""
+
+    url: str
+
+
+# What ``parse`` and ``on_error`` may yield: items (a dict, or a dataclass instance, stored as its
+# fields) and links.
+Yielded = Mapping[str, Any] | Follow | Any
+
+
+class Spider:
+    """Subclass this and override the hooks you need.
+
+    Class attributes:
+      ``name``: how ``crawler crawl --spider NAME`` finds it when installed (entry-point group
+        ``crawler.spiders``); defaults to the class name.
+      ``version``: recorded with the job; a worker whose copy has another version refuses the job
+        instead of crawling with different code. Default: a digest of the spider's source file.
+      ``follow_links``: True (default) follows the links the crawler extracts *and* those
+        ``parse`` yields; False follows only those ``parse`` yields.
+      ``start_urls``, ``allowed_domains``: used when ``crawl``/``submit`` are given no seeds or no
+        ``--allow-domain``, as in Scrapy.
+      ``login_url``: where the login form lives; a page redirected there means the session ended.
+
+    Spider arguments (``--spider-arg key=value``) arrive as keyword arguments of the constructor
+    and, by default, become attributes, as in Scrapy. They travel in the job's settings, readable
+    by anyone who can read Redis: never pass a secret this way (see ``Session.secret``).
+    """
+
+    name: ClassVar[str] = ""
+    version: ClassVar[str] = ""
+    follow_links: ClassVar[bool] = True
+    start_urls: ClassVar[tuple[str, ...] | list[str]] = ()
+    allowed_domains: ClassVar[tuple[str, ...] | list[str]] = ()
+    login_url: ClassVar[str] = ""
+
+    def __init__(self, **kwargs: str) -> None:
+        for key, value in kwargs.items():
+            setattr(self, key, value)
+
+    # --- scope and requests (fetch side) ---
+
+    def allow(self, url: str) -> bool:
+        """Follow ``url``? Asked for every link after the job's own scope rules; seeds are exempt.
+        A refused link is counted ``links_denied_spider``."""
+        return True
+
+    def headers(self, url: str) -> Mapping[str, str]:
+        """Extra request headers for ``url`` (first hop only; the session's cookies and
+        credentials are added by the session, not here)."""
+        return {}
+
+    # --- sessions (see crawler.spiders.session) ---
+
+    def login(self, session: Session) -> None:
+        """Log in, through ``session`` (its ``get``/``post``/``submit_form`` keep the cookies the
+        site sets). Runs once per session on one worker while the others wait, and again when
+        ``session_ended`` says so. The base class does not log in."""
+
+    def session_ended(self, page: Page) -> bool:
+        """Did this page come back because the session is over? Default: a 401 or 403, or a
+        redirect to ``login_url``. Such a page is fetched again after a new login, not stored."""
+        if page.status in (401, 403):
+            return True
+        if self.login_url:
+            login = self.login_url.split("#", 1)[0]
+            return page.final_url != page.url and page.final_url.split("?", 1)[0] == login.split("?", 1)[0]
+        return False
+
+    # --- pages (parse side) ---
+
+    def parse(self, page: Page) -> Iterable[Yielded]:
+        """Items and links from an HTML page that answered 2xx. The default yields nothing: the
+        page is stored and its extracted links followed as without a spider."""
+        return ()
+
+    def check_item(self, item: dict[str, Any], page: Page) -> dict[str, Any] | None:
+        """Fix or drop an item before it is stored: return it (changed or not), or None to drop
+        it (counted ``items_dropped``)."""
+        return item
+
+    def on_error(self, page: Page) -> Iterable[Yielded]:
+        """Called instead of ``parse`` for a page that failed (``page.error`` set: a 4xx/5xx that
+        is not retried any more, a timeout, too large...). May yield items and links too."""
+        return ()
