@@ -18,13 +18,14 @@ from crawler.celeryapp.config import environment, redis_url
 from crawler.dedup.bloom import BloomSeen
 from crawler.embedded import crawl
 from crawler.errors import BadURL, ConfigError, CrawlerError, JobNotFound
-from crawler.export import export_by_depth, write_rows
+from crawler.export import export_by_depth, item_columns, item_rows, write_rows
 from crawler.frontier import Frontier, liveshards, takeover
 from crawler.jobs import set_shards
 from crawler.redact import has_password, redact
 from crawler.redisconn import check_version, connect
 from crawler.schedule import parse_duration
 from crawler.settings import Settings, parse_text, settings_table
+from crawler.spiders.loader import prepare
 from crawler.stopsignals import exit_status
 from crawler.store import open_store
 from crawler.testweb import TestWeb, WebModel
@@ -48,7 +49,7 @@ def _one_line(message: str, limit: int = 300) -> str:
 # Numeric flags stay text until ``_settings`` reads them as the environment's values are read,
 # so both give the same one-line error (``setting delay: ..., got 'nan'``).
 def _job_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("seeds", nargs="+", metavar="SEED", help="start URLs")
+    p.add_argument("seeds", nargs="*", metavar="SEED", help="start URLs (default: the spider's start_urls)")
     p.add_argument("--max-pages", metavar="N", help="admit at most N URLs (0: no limit)")
     p.add_argument("--max-depth", metavar="N", help="follow links at most N hops from a seed (0: no limit)")
     p.add_argument("--delay", metavar="SECONDS", help="seconds between requests to one host")
@@ -73,6 +74,10 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
                    help="do not fetch or obey robots.txt")
     p.add_argument("--extract", metavar="text|markdown",
                    help="store each HTML page's main text, as plain text or markdown, in the content table")
+    p.add_argument("--spider", metavar="SPIDER",
+                   help="site code to run: package.module:Class, path/to/file.py:Class, or an installed spider's name")
+    p.add_argument("--spider-arg", action="append", dest="spider_args", metavar="KEY=VALUE",
+                   help="an argument for the spider (repeatable); stored with the job, so never a secret")
     p.add_argument("--redis-url", help="Redis to use (default: $CRAWLER_REDIS_URL, or a private one for crawl)")
 
 
@@ -82,7 +87,7 @@ _TEXT_FLAGS = ("max_pages", "max_depth", "delay", "per_host", "concurrency", "sh
 def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
     names = ("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards", "allow_domains",
              "user_agent", "redis_url", "allow_networks", "resolve", "sitemaps", "obey_robots", "extract",
-             "allow_urls", "deny_urls", "follow_nofollow")
+             "allow_urls", "deny_urls", "follow_nofollow", "spider", "spider_args")
     given = {**{n: getattr(args, n, None) for n in names}, **extra}
     for name in _TEXT_FLAGS:
         if isinstance(given.get(name), str):
@@ -159,6 +164,8 @@ def cmd_crawl(args: argparse.Namespace) -> int:
             print(f"crawler crawl: {redact(outcome.status['error'])}", file=sys.stderr)
             code = code or 1
         print(f"output: {out / 'crawl.db'} (SQLite), {out / 'warc'} (WARC)")
+        if outcome.spider:
+            print(f"items: {outcome.items} in {out / 'items.jsonl'}")
         if outcome.interrupted:
             print(f"interrupted ({signal.Signals(outcome.signum).name}): what was stored is complete and readable",
                   file=sys.stderr)
@@ -174,13 +181,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
     settings = _settings(args, store=args.store, warc_dir=args.warc_dir, every=every, cron=args.cron, **revisit)
     if not settings.store:
         raise SystemExit("crawler submit: --store URL is required (e.g. sqlite:///data/crawl.db)")
-    jobs.canonical_seeds(args.seeds, settings.max_url_length)  # before the store file is created
+    settings, seeds = prepare(settings, args.seeds)
+    jobs.canonical_seeds(seeds, settings.max_url_length)  # before the store file is created
     open_store(settings.store).close()  # fail here, not in every worker, if the URL is wrong
     if has_password(settings.store):
         print("crawler submit: warning: the store password is not passed on to workers (the job's settings "
               "are readable by anyone with access to Redis); give workers PGPASSWORD or a ~/.pgpass entry",
               file=sys.stderr)
-    job_id = jobs.submit(_client(args.redis_url), settings, args.seeds)
+    job_id = jobs.submit(_client(args.redis_url), settings, seeds)
     print(job_id)
     return 0
 
@@ -354,13 +362,22 @@ def cmd_export(args: argparse.Namespace) -> int:
     url = target if "://" in target else f"sqlite:///{Path(target).resolve() / 'crawl.db'}"
     if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
         raise SystemExit(f"crawler export: no crawl database at {url[len('sqlite:///'):]}")
-    if (args.depth is not None or args.by_depth) and args.content:
-        raise SystemExit("crawler export: --depth and --by-depth select pages; the content table has no depth")
+    if args.content and args.items:
+        raise SystemExit("crawler export: give --content or --items, not both")
+    if (args.depth is not None or args.by_depth) and (args.content or args.items):
+        table = "content" if args.content else "items"
+        raise SystemExit(f"crawler export: --depth and --by-depth select pages; the {table} table has no depth")
     if args.by_depth and not args.out:
         raise SystemExit("crawler export: --by-depth needs --out PREFIX (files PREFIX.depth-N.FORMAT)")
     store = open_store(url)
     try:
-        rows = store.content(args.job) if args.content else store.pages(args.job)
+        columns = None
+        if args.items:
+            rows = item_rows(store.items(args.job))
+            if args.format == "csv":  # items differ in fields: a first pass finds them all
+                columns = item_columns(item_rows(store.items(args.job)))
+        else:
+            rows = store.content(args.job) if args.content else store.pages(args.job)
         if args.depth is not None:
             rows = (row for row in rows if row.get("depth") == args.depth)
         if args.by_depth:
@@ -368,9 +385,9 @@ def cmd_export(args: argparse.Namespace) -> int:
                 print(path, file=sys.stderr)
         elif args.out:
             with open(args.out, "w", encoding="utf-8", newline="") as out:
-                write_rows(rows, out, args.format)
+                write_rows(rows, out, args.format, columns)
         else:
-            write_rows(rows, sys.stdout, args.format)
+            write_rows(rows, sys.stdout, args.format, columns)
     finally:
         store.close()
     return 0
@@ -499,12 +516,15 @@ def build_parser() -> argparse.ArgumentParser:
     nd.add_argument("--redis-url")
     nd.set_defaults(func=cmd_nodes)
 
-    e = sub.add_parser("export", help="print stored pages (or, with --content, their main text)")
+    e = sub.add_parser("export", help="print stored pages (or, with --content, their main text; with --items, "
+                                      "what the spider extracted)")
     e.add_argument("source", help="an output directory or a store URL")
     e.add_argument("--format", choices=["jsonl", "csv"], default="jsonl")
     e.add_argument("--job", help="only this job's pages")
     e.add_argument("--content", action="store_true",
                    help="the pages' main text (the content table, filled by --extract) instead of the pages")
+    e.add_argument("--items", action="store_true",
+                   help="the items the job's spider extracted (the items table), each with _url and _job_id")
     e.add_argument("--depth", type=int, metavar="N", help="only pages at depth N (seeds are depth 0)")
     e.add_argument("--by-depth", action="store_true",
                    help="one file per depth: OUT.depth-N.FORMAT (needs --out)")

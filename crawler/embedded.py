@@ -18,13 +18,16 @@ import redis
 
 from crawler import jobs
 from crawler.errors import CrawlerError
+from crawler.export import write_feed
 from crawler.lifeline import PARENT_ENV
 from crawler.redact import password_of
 from crawler.redis_server import RedisServer
 from crawler.redisconn import check_version, connect
 from crawler.settings import Settings
 from crawler.sharding import queue_name
+from crawler.spiders.loader import prepare
 from crawler.stopsignals import StopRequested, StopSignals
+from crawler.store import open_store
 from crawler.storeplace import StoreNotAllowed, place_dir, place_store
 
 Progress = Callable[[dict[str, Any], float], None]
@@ -41,6 +44,8 @@ class Outcome:
     elapsed: float
     interrupted: bool = False
     signum: int = 0  # the signal that interrupted the crawl (SIGINT for Ctrl-C)
+    spider: str = ""  # the job's spider, if any
+    items: int = 0  # items in the feed written beside the store (``items.jsonl``)
 
 
 def worker_command(queues: Sequence[str], name: str, logfile: str | None = None,
@@ -108,6 +113,19 @@ def _writes_only_under(settings: Settings, out: Path) -> bool:
     return True
 
 
+def _feed(settings: Settings, job_id: str, out: Path) -> int:
+    """A spider job's items as ``items.jsonl`` beside the store: what a feed export gives a
+    Scrapy user, written from the store once the job is over (so it holds every item exactly
+    once, however often pages were redelivered)."""
+    if not settings.spider or not job_id:
+        return 0
+    store = open_store(settings.store)
+    try:
+        return write_feed(store.items(job_id), str(out / "items.jsonl"))
+    finally:
+        store.close()
+
+
 def crawl(settings: Settings, seeds: list[str], out_dir: str, progress: Progress | None = None,
           poll: float = 0.25) -> Outcome:
     """Run one job to its end on a private Redis (unless ``settings.redis_url`` names one) and
@@ -115,7 +133,7 @@ def crawl(settings: Settings, seeds: list[str], out_dir: str, progress: Progress
     job is stopped, the workers shut down warm, Redis stops, and the Outcome says which signal
     came (``interrupted``, ``signum``). No child outlives it, even if it is killed outright
     (``crawler.lifeline``). Bad settings or seeds raise before anything is created or started."""
-    settings = settings.validated()
+    settings, seeds = prepare(settings.validated(), seeds)
     jobs.canonical_seeds(seeds, settings.max_url_length)
     out = Path(out_dir).resolve()
     (out / "logs").mkdir(parents=True, exist_ok=True)
@@ -157,7 +175,8 @@ def crawl(settings: Settings, seeds: list[str], out_dir: str, progress: Progress
                     progress(st, time.monotonic() - started)
                 if st["status"] in jobs.FINISHED:
                     signals.hold()
-                    return Outcome(job_id, st, time.monotonic() - started)
+                    return Outcome(job_id, st, time.monotonic() - started, spider=settings.spider,
+                                   items=_feed(settings, job_id, out))
                 workers.check()
                 time.sleep(poll)
         except (KeyboardInterrupt, StopRequested) as exc:
@@ -175,7 +194,8 @@ def crawl(settings: Settings, seeds: list[str], out_dir: str, progress: Progress
             except redis.RedisError as err:
                 # An external Redis may have gone with the same signal; the store is what counts.
                 print(f"crawler: could not record the stop in Redis ({err})", file=sys.stderr)
-            return Outcome(job_id, last, time.monotonic() - started, interrupted=True, signum=signum)
+            return Outcome(job_id, last, time.monotonic() - started, interrupted=True, signum=signum,
+                           spider=settings.spider, items=_feed(settings, job_id, out))
         finally:
             signals.hold()
             if workers is not None:

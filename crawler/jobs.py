@@ -22,6 +22,7 @@ from crawler.redact import redact_settings_json, strip_password
 from crawler.redisconn import text
 from crawler.schedule import next_cycle
 from crawler.settings import Settings
+from crawler.spiders import loader as spider_loader
 from crawler.store import JobDefinition, open_store
 from crawler.urls import canonicalize, domain_of
 
@@ -52,6 +53,7 @@ def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | Non
     """Create a job and admit its seeds. Raises SettingError for a setting out of range and
     BadURL naming the first seed that is not a fetchable URL, before anything is written."""
     settings = settings.validated()  # callers may have built or changed it by hand
+    settings, seeds = spider_loader.prepare(settings, seeds)
     canon = canonical_seeds(seeds, settings.max_url_length)
     job_id = job_id or new_job_id()
     job_settings = settings.job_settings()

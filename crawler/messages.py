@@ -121,6 +121,10 @@ class FetchedPage:
     main_author: str | None = None
     main_date: str | None = None
     main_language: str | None = None
+    # Set by parse when the job's spider looked at the page (``items_parsed``): what it yielded.
+    # A page it did not look at (unchanged on a revisit, no spider) keeps its stored items.
+    items: tuple[dict[str, Any], ...] = ()
+    items_parsed: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict; fields at their defaults are left out (from_json puts them back)."""
@@ -138,7 +142,7 @@ class FetchedPage:
             raise BadMessage(f"page message is a {type(data).__name__}, not an object")
         _check_version("page", data.get("v"))
         page = _from_fields(cls, "page", data, {"headers": 2, "request_headers": 2, "redirects": 2,
-                                                "outlinks": 1})
+                                                "outlinks": 1, "items": 1})
         if not isinstance(page.url, str) or not isinstance(page.depth, int) or not isinstance(page.body_key, str):
             raise BadMessage("page message has fields of the wrong type")
         return page

@@ -12,12 +12,15 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import os
 import re
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
+from types import ModuleType
 
 from crawler.errors import ConfigError
+from crawler.settings import Settings
 from crawler.spiders.base import Spider
 
 GROUP = "crawler.spiders"
@@ -61,7 +64,7 @@ def load_class(target: str) -> type[Spider]:
     if not sep or not where or not name:
         raise SpiderUnavailable(f"spider {target!r}: give package.module:Class or path/to/file.py:Class")
     try:
-        module = _import_file(where) if _is_file(where) else importlib.import_module(where)
+        module = _import_file(where) if _is_file(where) else _import_module(where)
     except SpiderUnavailable:
         raise
     except Exception as exc:  # a spider's import may raise anything: it is the user's code
@@ -75,7 +78,20 @@ def load_class(target: str) -> type[Spider]:
     return cls
 
 
-def _import_file(path: str) -> object:
+def _import_module(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        # A spider module beside the user, as ``python -m`` would find it: the ``crawler`` and
+        # ``celery`` commands do not put the working directory on the path themselves.
+        cwd = os.getcwd()
+        if exc.name != name.split(".")[0] or cwd in sys.path:
+            raise
+        sys.path.append(cwd)
+        return importlib.import_module(name)
+
+
+def _import_file(path: str) -> ModuleType:
     file = Path(path)
     if not file.is_file():
         raise SpiderUnavailable(f"spider file {path!r} does not exist on this machine")
@@ -139,3 +155,19 @@ def load(target: str, version: str, args: list[str]) -> Spider:
         raise SpiderUnavailable(f"spider {target!r} is version {mine} on this worker, but the job was "
                                 f"submitted with version {version}: deploy the same code to every worker")
     return instantiate(cls, args)
+
+
+def prepare(settings: Settings, seeds: list[str]) -> tuple[Settings, list[str]]:
+    """Resolve the spider ``settings`` name for submission: the settings with ``spider`` as the
+    target every worker imports and ``spider_version`` recorded, and the seeds (the spider's
+    ``start_urls`` when none are given); its ``allowed_domains`` when no ``allow_domains`` are.
+    SpiderUnavailable if it cannot be loaded or built here, before anything is created."""
+    if not settings.spider:
+        return settings, seeds
+    target = target_of(settings.spider)
+    cls = load_class(target)
+    instantiate(cls, settings.spider_args)  # its arguments fail here, not on every worker
+    changes: dict[str, object] = {"spider": target, "spider_version": version_of(cls)}
+    if not settings.allow_domains and cls.allowed_domains:
+        changes["allow_domains"] = list(cls.allowed_domains)
+    return settings.replace(**changes), seeds or list(cls.start_urls)

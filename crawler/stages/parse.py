@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter, defaultdict
+from typing import Any
 
 from crawler import jobs
 from crawler.dedup.simhash import simhash
@@ -11,9 +12,11 @@ from crawler.errors import BadURL
 from crawler.extract.maintext import Format, MainText, extract_main_text
 from crawler.jobs import Job
 from crawler.messages import FetchedPage, LinkGroup, groups_to_json
-from crawler.parse import is_html, parse_html
+from crawler.parse import ParsedPage, is_html, parse_html
 from crawler.scope import url_patterns
 from crawler.sharding import shard_of_url
+from crawler.spiders.page import Page
+from crawler.spiders.run import allowed, overrides, run_page_hook
 from crawler.stages.context import Context
 from crawler.urls import canonicalize, domain_of, query_variant
 
@@ -33,7 +36,13 @@ def parse_stage(ctx: Context, job: Job, token: str,
     # The pages are this task's now: their leases run from here, not from the end of the fetch.
     ctx.frontier.renew(job.id, [(p.url, token) for p in pages], s.lease_timeout)
     want = [p for p in pages if p.body_key and p.status == 200 and is_html(p.content_type) and not p.unchanged]
-    bodies = ctx.bodies([p.body_key for p in want])
+    spider = ctx.spider(job)
+    hooks: Counter[str] = Counter()
+    parsing = {p.url for p in want}
+    failed = [p for p in pages if p.error and p.url not in parsing and spider is not None
+              and overrides(spider, "on_error")]
+    fetched = ctx.bodies([p.body_key for p in want] + [p.body_key or "-" for p in failed])
+    bodies, failed_bodies = fetched[:len(want)], fetched[len(want):]
     batches: dict[int, list[LinkGroup]] = defaultdict(list)
     bad = fragment = not_http = out_of_scope = near = capped = dropped = query_traps = 0
     nofollow_links = denied = 0
@@ -52,8 +61,18 @@ def parse_stage(ctx: Context, job: Job, token: str,
         parsed = parse_html(page.final_url, body, page.content_type, s.max_links_per_page, s.follow_nofollow)
         capped += parsed.dropped_links > 0
         dropped += parsed.dropped_links
+        links = parsed.links
+        spider_items: tuple[dict[str, Any], ...] | None = None
+        if spider is not None and overrides(spider, "parse"):
+            got = run_page_hook(spider, "parse", hook_page(page, body, parsed), s.max_items_per_page,
+                                s.max_item_bytes)
+            hooks.update(got.counts)
+            links = list(dict.fromkeys([*(parsed.links if spider.follow_links else ()), *got.links]))
+            spider_items = tuple(got.items)
+        elif spider is not None and not spider.follow_links:
+            links = []
         outlinks: list[str] = []
-        for link in parsed.links:
+        for link in links:
             try:
                 outlinks.append(canonicalize(link, s.max_url_length))
             except BadURL:
@@ -65,9 +84,25 @@ def parse_stage(ctx: Context, job: Job, token: str,
         annotated[page.url] = dataclasses.replace(
             page, title=parsed.title, canonical=parsed.canonical, noindex=parsed.noindex, nofollow=parsed.nofollow,
             outlinks=tuple(outlinks), simhash=simhash(parsed.text) if s.near_duplicates else None)
+        if spider_items is not None:
+            annotated[page.url] = dataclasses.replace(annotated[page.url], items=spider_items, items_parsed=True)
         nofollows[page.url] = parsed.nofollow
         if s.extract:
             annotated[page.url] = with_main_text(annotated[page.url], body, s.extract, extracted)
+    for page, maybe_body in zip(failed, failed_bodies, strict=True):
+        assert spider is not None  # only pages of a spider that handles errors are in ``failed``
+        got = run_page_hook(spider, "on_error", hook_page(page, maybe_body or b""), s.max_items_per_page,
+                            s.max_item_bytes)
+        hooks.update(got.counts)
+        outlinks = []
+        for link in got.links:
+            try:
+                outlinks.append(canonicalize(link, s.max_url_length))
+            except BadURL:
+                bad += 1
+        annotated[page.url] = dataclasses.replace(page, outlinks=tuple(outlinks), items=tuple(got.items),
+                                                  items_parsed=True)
+        nofollows[page.url] = False
     hashed = [p for p in annotated.values() if p.simhash is not None]
     if hashed:
         originals = ctx.near_dups.find_or_add(job.id, [(p.url, p.simhash) for p in hashed if p.simhash is not None],
@@ -75,6 +110,8 @@ def parse_stage(ctx: Context, job: Job, token: str,
         for page, original in zip(hashed, originals, strict=True):
             annotated[page.url] = dataclasses.replace(page, near_duplicate_of=original)
             near += original is not None
+    spider_allows = spider if spider is not None and overrides(spider, "allow") else None
+    denied_spider = 0
     for page in annotated.values():
         child_depth = page.depth + 1
         if nofollows[page.url] or (s.max_depth and child_depth > s.max_depth):
@@ -95,6 +132,9 @@ def parse_stage(ctx: Context, job: Job, token: str,
             if not patterns.empty and not patterns.follows(link):
                 denied += 1
                 continue
+            if spider_allows is not None and not allowed(spider_allows, link, hooks):
+                denied_spider += 1
+                continue
             by_shard[shard_of_url(link, s.shards)].append(link)
         for shard, urls in by_shard.items():
             batches[shard].append(LinkGroup(page.url, child_depth, tuple(urls)))
@@ -102,7 +142,8 @@ def parse_stage(ctx: Context, job: Job, token: str,
                links_not_http=not_http, links_out_of_scope=out_of_scope,
                near_duplicates=near, skipped_unchanged=sum(1 for p in pages if p.unchanged),
                body_lost=len(lost), links_capped=capped, links_dropped=dropped,
-               links_nofollow=nofollow_links, links_denied_pattern=denied,
+               links_nofollow=nofollow_links, links_denied_pattern=denied, links_denied_spider=denied_spider,
+               items=sum(len(p.items) for p in annotated.values()), **hooks,
                **{"dropped_trap:near_duplicate_query": query_traps}, **extracted)
     jobs.count_cycle(ctx.redis, job.id, pages[0].cycle if pages else 0, parsed=len(annotated))
     ctx.frontier.expect(job.id, {link_token(token, shard): groups_to_json(links) for shard, links in batches.items()},
@@ -124,3 +165,10 @@ def with_main_text(page: FetchedPage, body: bytes, fmt: str, tally: Counter[str]
     tally["extracted"] += 1
     return dataclasses.replace(page, main_text=got.text, main_format=got.format, main_title=got.title,
                                main_author=got.author, main_date=got.date, main_language=got.language)
+
+
+def hook_page(page: FetchedPage, body: bytes, parsed: ParsedPage | None = None) -> Page:
+    """What a spider's hooks see of ``page``: the tree ``parsed`` already built, if any."""
+    return Page(page.url, final_url=page.final_url, status=page.status, headers=page.headers, body=body,
+                content_type=page.content_type, error=page.error, depth=page.depth, referrer=page.referrer,
+                parsed=parsed)

@@ -126,4 +126,5 @@ def to_record(job_id: str, token: str, node: str, p: FetchedPage) -> PageRecord:
         near_duplicate_of=p.near_duplicate_of, etag=p.etag, last_modified=p.last_modified,
         content=ContentRecord(p.main_format, p.main_text or "", title=p.main_title, author=p.main_author,
                               date=p.main_date, language=p.main_language) if p.main_format else None,
+        items=list(p.items) if p.items_parsed else None,
     )

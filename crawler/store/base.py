@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol
@@ -56,6 +57,10 @@ class PageRecord:
     next_visit: float = 0.0  # when the page is due again
     # Not a column of ``pages``: the page's row in ``content``, written in the same transaction.
     content: ContentRecord | None = field(default=None, metadata={"column": False})
+    # Not a column either: the page's rows in ``items``, what the job's spider yielded for this
+    # visit. None: the spider did not look at the page (no spider, or unchanged since the last
+    # visit), so its stored items stay; a list (even empty) replaces them.
+    items: list[dict[str, Any]] | None = field(default=None, metadata={"column": False})
 
     def to_dict(self) -> dict[str, Any]:
         """The ``pages`` columns."""
@@ -68,6 +73,11 @@ class PageRecord:
             return None
         return {"job_id": self.job_id, "url": self.url, **asdict(self.content), "fetched_at": self.fetched_at}
 
+    def item_rows(self) -> list[dict[str, Any]]:
+        """The ``items`` rows (``ITEM_TABLE_COLUMNS``; ``item`` as JSON text) this visit writes."""
+        return [{"job_id": self.job_id, "url": self.url, "seq": i, "item": json.dumps(item, ensure_ascii=False),
+                 "fetched_at": self.fetched_at} for i, item in enumerate(self.items or ())]
+
     @property
     def content_gone(self) -> bool:
         """This visit looked for main text and found none: an older row in ``content`` goes."""
@@ -75,6 +85,7 @@ class PageRecord:
 
 
 COLUMNS = [f.name for f in fields(PageRecord) if f.metadata.get("column", True)]
+ITEM_TABLE_COLUMNS = ("job_id", "url", "seq", "item", "fetched_at")
 CONTENT_TABLE_COLUMNS = ("job_id", "url", "format", "text", "title", "author", "date", "language", "fetched_at")
 # What a visit that found the page unchanged (304, or the same bytes) keeps from the last one.
 CONTENT_COLUMNS = ("final_url", "status", "content_type", "title", "content_length", "content_sha1", "outlinks",
@@ -104,7 +115,8 @@ class PageStore(Protocol):
         """Upsert pages by canonical URL. A record whose ``fetch_id`` is already stored for its
         URL is skipped, so a redelivered batch writes nothing twice. The ``content`` of each
         record written is upserted into the ``content`` table (by job and URL), or its row there
-        deleted when it has no text, in the same transaction. ``before_commit`` gets the
+        deleted when it has no text, in the same transaction; so are its ``items`` when the spider
+        looked at it (they replace the page's stored items). ``before_commit`` gets the
         records actually written, inside the transaction (the WARC is written there, so a crash
         can repeat WARC records but never lose them). Returns those records."""
         ...
@@ -115,6 +127,11 @@ class PageStore(Protocol):
 
     def content(self, job_id: str | None = None) -> Iterator[dict[str, Any]]:
         """Every stored main text (the ``content`` table) as a dict of columns."""
+        ...
+
+    def items(self, job_id: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every stored item (the ``items`` table) as a dict of its columns, ``item`` decoded, in
+        the order pages were stored and items yielded."""
         ...
 
     def previous(self, job_id: str, urls: Sequence[str]) -> dict[str, dict[str, Any]]:

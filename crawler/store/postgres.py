@@ -15,6 +15,7 @@ from psycopg.rows import dict_row
 from crawler.store.base import (
     COLUMNS,
     CONTENT_TABLE_COLUMNS,
+    ITEM_TABLE_COLUMNS,
     JSON_COLUMNS,
     BeforeCommit,
     JobDefinition,
@@ -45,6 +46,10 @@ JOBS_SCHEMA = ("CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, seeds JSON
 CONTENT_SCHEMA = ("CREATE TABLE IF NOT EXISTS content (id BIGSERIAL PRIMARY KEY, job_id TEXT NOT NULL, "
                   "url TEXT NOT NULL, format TEXT NOT NULL, text TEXT NOT NULL, title TEXT, author TEXT, date TEXT, "
                   "language TEXT, fetched_at DOUBLE PRECISION, UNIQUE (job_id, url))")
+ITEMS_SCHEMA = ("CREATE TABLE IF NOT EXISTS items (id BIGSERIAL PRIMARY KEY, job_id TEXT NOT NULL, url TEXT NOT NULL, "
+                "seq INTEGER NOT NULL, item JSONB NOT NULL, fetched_at DOUBLE PRECISION)")
+_INSERT_ITEM = (f"INSERT INTO items ({', '.join(ITEM_TABLE_COLUMNS)}) "
+                f"VALUES (%(job_id)s, %(url)s, %(seq)s, %(item)s::jsonb, %(fetched_at)s)")
 
 _VALUES = ", ".join(f"%({c})s::jsonb" if c in JSON_COLUMNS else f"%({c})s" for c in COLUMNS)
 _UPSERT = (
@@ -80,6 +85,8 @@ class PostgresStore:
             conn.execute(SCHEMA)
             conn.execute(JOBS_SCHEMA)
             conn.execute(CONTENT_SCHEMA)
+            conn.execute(ITEMS_SCHEMA)
+            conn.execute("CREATE INDEX IF NOT EXISTS items_job_url ON items (job_id, url)")
             conn.execute("CREATE INDEX IF NOT EXISTS pages_job_next ON pages (job_id, next_visit)")
             have = {r[0] for r in conn.execute(
                 "SELECT column_name FROM information_schema.columns WHERE table_name = 'pages'")}
@@ -104,6 +111,13 @@ class PostgresStore:
             gone = [(r.job_id, r.url) for r in new if r.content_gone]
             if gone:
                 cur.executemany("DELETE FROM content WHERE job_id = %s AND url = %s", gone)
+            replaced = [r for r in new if r.items is not None]
+            if replaced:
+                cur.executemany("DELETE FROM items WHERE job_id = %s AND url = %s",
+                                [(r.job_id, r.url) for r in replaced])
+                rows = [row for r in replaced for row in r.item_rows()]
+                if rows:
+                    cur.executemany(_INSERT_ITEM, rows)
             if new and before_commit is not None:
                 before_commit(new)
         return new
@@ -116,6 +130,12 @@ class PostgresStore:
     def content(self, job_id: str | None = None) -> Iterator[dict[str, Any]]:
         with self.pool.dedicated(row_factory=dict_row) as conn:
             q = (f"SELECT {', '.join(CONTENT_TABLE_COLUMNS)} FROM content" + (" WHERE job_id = %s" if job_id else "")
+                 + " ORDER BY id")
+            yield from conn.execute(q, (job_id,) if job_id else ())
+
+    def items(self, job_id: str | None = None) -> Iterator[dict[str, Any]]:
+        with self.pool.dedicated(row_factory=dict_row) as conn:
+            q = (f"SELECT {', '.join(ITEM_TABLE_COLUMNS)} FROM items" + (" WHERE job_id = %s" if job_id else "")
                  + " ORDER BY id")
             yield from conn.execute(q, (job_id,) if job_id else ())
 

@@ -11,6 +11,7 @@ from typing import Any
 from crawler.store.base import (
     COLUMNS,
     CONTENT_TABLE_COLUMNS,
+    ITEM_TABLE_COLUMNS,
     JSON_COLUMNS,
     BeforeCommit,
     JobDefinition,
@@ -72,6 +73,15 @@ CREATE TABLE IF NOT EXISTS content (
     fetched_at REAL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS content_job_url ON content (job_id, url);
+CREATE TABLE IF NOT EXISTS items (
+    id INTEGER PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    url TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    item TEXT NOT NULL,
+    fetched_at REAL
+);
+CREATE INDEX IF NOT EXISTS items_job_url ON items (job_id, url);
 """
 
 _INSERT = (
@@ -148,6 +158,13 @@ class SQLiteStore:
                 gone = [(r.job_id, r.url) for r in new if r.content_gone]
                 if gone:
                     cur.executemany("DELETE FROM content WHERE job_id = ? AND url = ?", gone)
+                replaced = [r for r in new if r.items is not None]
+                if replaced:
+                    cur.executemany("DELETE FROM items WHERE job_id = ? AND url = ?",
+                                    [(r.job_id, r.url) for r in replaced])
+                    cur.executemany(f"INSERT INTO items ({', '.join(ITEM_TABLE_COLUMNS)}) VALUES (?, ?, ?, ?, ?)",
+                                    [tuple(row[c] for c in ITEM_TABLE_COLUMNS)
+                                     for r in replaced for row in r.item_rows()])
             cur.execute("COMMIT")
             return new
         except BaseException:
@@ -172,6 +189,17 @@ class SQLiteStore:
                  + " ORDER BY id")
             for row in conn.execute(q, (job_id,) if job_id else ()):
                 yield dict(row)
+        finally:
+            conn.close()
+
+    def items(self, job_id: str | None = None) -> Iterator[dict[str, Any]]:
+        conn = sqlite3.connect(self.path, timeout=60)
+        conn.row_factory = sqlite3.Row
+        try:
+            q = (f"SELECT {', '.join(ITEM_TABLE_COLUMNS)} FROM items" + (" WHERE job_id = ?" if job_id else "")
+                 + " ORDER BY id")
+            for row in conn.execute(q, (job_id,) if job_id else ()):
+                yield {**dict(row), "item": json.loads(row["item"])}
         finally:
             conn.close()
 

@@ -1,0 +1,130 @@
+"""Running a spider's page hooks safely: what they yield sorted into items and links, every
+failure of the user's code counted and logged, never raised into the stage.
+
+A hook that raises costs that page's items (counted ``spider_error``, traceback in the worker
+log), never the page's row or the rest of the batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from crawler.spiders.base import Follow, Spider, Yielded
+from crawler.spiders.page import Page
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class HookResult:
+    """What a page's hooks gave: items to store (JSON-able dicts), links to follow (absolute, not
+    yet canonical), and counters for the job."""
+
+    items: list[dict[str, Any]] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)
+
+
+def overrides(spider: Spider, hook: str) -> bool:
+    """Does the spider's class define ``hook`` itself? Pages whose hooks are the base class's
+    no-ops cost nothing: no Page, no selector, no body fetched for ``on_error``."""
+    return getattr(type(spider), hook) is not getattr(Spider, hook)
+
+
+def spider_error(counts: Counter[str], spider: Spider, hook: str, url: str) -> None:
+    """Count and log (with the traceback: call from an ``except`` block) a hook that raised."""
+    counts["spider_error"] += 1
+    counts[f"spider_error:{hook}"] += 1
+    log.exception("spider %s: %s raised on %s", type(spider).__qualname__, hook, url)
+
+
+def run_page_hook(spider: Spider, hook: str, page: Page, max_items: int, max_bytes: int) -> HookResult:
+    """``spider.parse(page)`` or ``spider.on_error(page)`` (``hook``), then ``check_item`` on each
+    item. Items past ``max_items`` or ``max_bytes`` (their JSON) are counted ``items_capped``; a
+    yielded value that is neither an item nor a link is a ``spider_error`` naming its type."""
+    out = HookResult()
+    fn: Callable[[Page], Iterable[Yielded]] = getattr(spider, hook)
+    raw_items: list[dict[str, Any]] = []
+    try:
+        for value in fn(page) or ():
+            if isinstance(value, Follow):
+                out.links.append(value.url)
+            elif (item := as_item(value)) is not None:
+                raw_items.append(item)
+            else:
+                out.counts["spider_error"] += 1
+                out.counts[f"spider_error:{hook}"] += 1
+                log.error("spider %s: %s yielded a %s on %s; yield a dict or dataclass (an item) or "
+                          "page.follow(url) (a link)", type(spider).__qualname__, hook, type(value).__name__, page.url)
+    except Exception:
+        # What it yielded before raising is dropped too: half a page's items would look complete.
+        spider_error(out.counts, spider, hook, page.url)
+        return HookResult(links=[], counts=out.counts)
+    checking = overrides(spider, "check_item")
+    size = 0
+    for item in raw_items:
+        if checking:
+            try:
+                checked = spider.check_item(dict(item), page)
+            except Exception:
+                spider_error(out.counts, spider, "check_item", page.url)
+                out.counts["items_dropped"] += 1
+                continue
+            if checked is None:
+                out.counts["items_dropped"] += 1
+                continue
+            fixed = as_item(checked)
+            if fixed is None:
+                out.counts["spider_error"] += 1
+                out.counts["spider_error:check_item"] += 1
+                out.counts["items_dropped"] += 1
+                continue
+            out.counts["items_fixed"] += fixed != item
+            item = fixed
+        encoded = json_item(item)
+        if encoded is None:
+            out.counts["spider_error"] += 1
+            out.counts["spider_error:item_not_json"] += 1
+            log.error("spider %s: an item from %s cannot be stored as JSON", type(spider).__qualname__, page.url)
+            continue
+        if len(out.items) >= max_items or size + len(encoded) > max_bytes:
+            out.counts["items_capped"] += 1
+            continue
+        size += len(encoded)
+        out.items.append(json.loads(encoded))
+    return out
+
+
+def as_item(value: Any) -> dict[str, Any] | None:
+    """A yielded value as an item dict (a Mapping with string keys, or a dataclass instance); None
+    for anything else."""
+    if isinstance(value, Mapping):
+        return {str(k): v for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return None
+
+
+def json_item(item: dict[str, Any]) -> str | None:
+    """The item as JSON (dates, decimals and other scalars as their text), or None if it holds
+    something that is not data (a circular structure, NaN)."""
+    try:
+        return json.dumps(item, ensure_ascii=False, default=str, allow_nan=False)
+    except (ValueError, TypeError):
+        return None
+
+
+def allowed(spider: Spider, url: str, counts: Counter[str]) -> bool:
+    """``spider.allow(url)``; a hook that raises refuses the link (counted ``spider_error``): when
+    the user's scope code fails, crawling less is the safe side."""
+    try:
+        return bool(spider.allow(url))
+    except Exception:
+        spider_error(counts, spider, "allow", url)
+        return False
