@@ -16,7 +16,7 @@ install: $(PY)
 	$(PY) -m pip install --quiet -e '.[test]'
 
 lint: $(PY)
-	$(PY) -m ruff check crawler tests bench
+	$(PY) -m ruff check crawler tests bench examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

@@ -29,6 +29,7 @@ from crawler.spiders.loader import prepare
 from crawler.stopsignals import exit_status
 from crawler.store import open_store
 from crawler.testweb import TestWeb, WebModel
+from crawler.testweb.catalogue import Catalogue
 
 log = logging.getLogger("crawler")
 
@@ -395,6 +396,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Serve the synthetic web on loopback and crawl it: the whole system, no network needed."""
+    if args.shop:
+        return _demo_shop(args)
     web = TestWeb(WebModel(args.sites, args.pages), filler=2000).start()
     try:
         print(f"serving a synthetic web of {args.sites} sites x {args.pages} pages on "
@@ -402,6 +405,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
         args.seeds = web.seeds()
         # The network guard blocks loopback; open exactly the demo web's addresses.
         args.allow_networks = [f"{ip}/32" for ip in web.ips]
+        return cmd_crawl(args)
+    finally:
+        web.stop()
+
+
+EXAMPLE_SPIDER = Path(__file__).resolve().parents[1] / "examples" / "catalogue_spider.py"
+
+
+def _demo_shop(args: argparse.Namespace) -> int:
+    """Serve the test catalogue on loopback and crawl it with the example spider (or ``--spider``)."""
+    web = TestWeb(WebModel(1, 1)).start()
+    shop = Catalogue()
+    shop.mount(web, 0)
+    try:
+        print(f"serving a shop of {len(shop.products)} products on {web.origin(0)}")
+        if not args.spider and not EXAMPLE_SPIDER.is_file():
+            raise SystemExit(f"crawler demo: the example spider is not at {EXAMPLE_SPIDER} (a source checkout has it)")
+        args.spider = args.spider or f"{EXAMPLE_SPIDER}:CatalogueSpider"
+        args.seeds = [web.origin(0) + "/"]
+        args.allow_networks = [f"{web.ips[0]}/32"]
         return cmd_crawl(args)
     finally:
         web.stop()
@@ -439,6 +462,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--pages", type=int, default=100)
     d.add_argument("--workers", metavar="N")
     d.add_argument("-q", "--quiet", action="store_true")
+    d.add_argument("--shop", action="store_true",
+                   help="serve a shop catalogue instead and extract its products with examples/catalogue_spider.py")
+    d.add_argument("--spider", metavar="SPIDER", help="with --shop: your spider instead of the example")
     for name in ("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards", "allow_domains",
                  "user_agent", "redis_url", "allow_networks", "resolve", "sitemaps", "obey_robots", "extract",
                  "allow_urls", "deny_urls", "follow_nofollow"):
