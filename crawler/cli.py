@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 import redis
 
-from crawler import jobs, nodes
+from crawler import control, joblog, jobs, nodes
 from crawler.celeryapp.config import environment, redis_url
 from crawler.dedup.bloom import BloomSeen
 from crawler.embedded import crawl
@@ -21,11 +21,10 @@ from crawler.errors import BadURL, ConfigError, CrawlerError, JobNotFound
 from crawler.export import export_by_depth, item_columns, item_rows, write_rows
 from crawler.frontier import Frontier, liveshards, takeover
 from crawler.jobs import set_shards
-from crawler.redact import has_password, redact
+from crawler.redact import redact
 from crawler.redisconn import check_version, connect
 from crawler.schedule import parse_duration
 from crawler.settings import Settings, parse_text, settings_table
-from crawler.spiders.loader import prepare
 from crawler.stopsignals import exit_status
 from crawler.store import open_store
 from crawler.testweb import TestWeb, WebModel
@@ -182,14 +181,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
     settings = _settings(args, store=args.store, warc_dir=args.warc_dir, every=every, cron=args.cron, **revisit)
     if not settings.store:
         raise SystemExit("crawler submit: --store URL is required (e.g. sqlite:///data/crawl.db)")
-    settings, seeds = prepare(settings, args.seeds)
-    jobs.canonical_seeds(seeds, settings.max_url_length)  # before the store file is created
-    open_store(settings.store).close()  # fail here, not in every worker, if the URL is wrong
-    if has_password(settings.store):
-        print("crawler submit: warning: the store password is not passed on to workers (the job's settings "
-              "are readable by anyone with access to Redis); give workers PGPASSWORD or a ~/.pgpass entry",
-              file=sys.stderr)
-    job_id = jobs.submit(_client(args.redis_url), settings, seeds)
+    values = {f: getattr(settings, f) for f in Settings.__dataclass_fields__}
+    job_id, warnings = control.submit(_client(args.redis_url), values, args.seeds, by=_by())
+    for w in warnings:
+        print(f"crawler submit: warning: {w}", file=sys.stderr)
     print(job_id)
     return 0
 
@@ -277,10 +272,20 @@ def cmd_recover(args: argparse.Namespace) -> int:
     return 0
 
 
+def _by() -> str:
+    """Who is asking, for the job's log: the local user on this host."""
+    import getpass
+    import socket
+
+    try:
+        return f"{getpass.getuser()}@{socket.gethostname()}"
+    except Exception:  # no user name in a bare container: still say where
+        return socket.gethostname()
+
+
 def cmd_stop(args: argparse.Namespace) -> int:
     client = _client(args.redis_url)
-    jobs.status(client, args.job)
-    jobs.stop(client, args.job)
+    control.stop(client, args.job, by=_by())
     print(f"job {args.job}: stopped")
     return 0
 
@@ -288,8 +293,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 def cmd_pause(args: argparse.Namespace) -> int:
     client = _client(args.redis_url)
     was = jobs.status(client, args.job)["status"]
-    jobs.pause(client, args.job)
-    now = jobs.status(client, args.job)["status"]
+    now = control.pause(client, args.job, by=_by())
     note = "" if now == jobs.PAUSED else f" (was {was}: only a running or waiting job pauses)"
     print(f"job {args.job}: {now}{note}")
     return 0 if now == jobs.PAUSED else 1
@@ -297,10 +301,68 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     client = _client(args.redis_url)
-    was = jobs.resume(client, args.job)
-    now = jobs.status(client, args.job)["status"]
+    was = jobs.status(client, args.job)["status"]
+    now = control.resume(client, args.job, by=_by())
     print(f"job {args.job}: {now}" + ("" if was == jobs.PAUSED else " (it was not paused)"))
     return 0 if was == jobs.PAUSED else 1
+
+
+def cmd_set(args: argparse.Namespace) -> int:
+    """Change runtime settings of a running job, or one host's override."""
+    client = _client(args.redis_url)
+    pairs: dict[str, str] = {}
+    for item in args.pairs:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"not KEY=VALUE: {item!r}")
+        pairs[key.strip().replace("-", "_")] = value
+    if args.host:
+        if args.clear:
+            gone = control.clear_host_override(client, args.job, args.host, by=_by())
+            print(f"job {args.job}: {args.host}: " + ("the job's settings apply again" if gone else "had no override"))
+            return 0
+        unknown = set(pairs) - {"delay", "per_host"}
+        if unknown:
+            raise ConfigError(f"a host takes delay=SECONDS and/or per_host=N, not {', '.join(sorted(unknown))}")
+        got = control.set_host_override(client, args.job, args.host, pairs.get("delay"), pairs.get("per_host"),
+                                        by=_by())
+        print(f"job {args.job}: {got['host']}: " + ", ".join(f"{k} {v}" for k, v in got["override"].items()))
+        return 0
+    if args.clear:
+        raise ConfigError("--clear needs --host HOST")
+    changed = control.set_settings(client, args.job, pairs, by=_by())["changed"]
+    if not changed:
+        print(f"job {args.job}: nothing changed")
+    for name, (old, new) in changed.items():
+        print(f"job {args.job}: {name} {old!r} -> {new!r} (workers apply it within 5 s)")
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    client = _client(args.redis_url)
+    entries = control.logs(client, args.job, level=args.level, limit=args.lines)
+    for e in entries:
+        print(joblog.format_entry(e), flush=True)
+    if args.follow:
+        after = entries[-1]["id"] if entries else "$"
+        try:
+            for e in joblog.follow(client, args.job, after=after, level=args.level):
+                print(joblog.format_entry(e), flush=True)
+        except KeyboardInterrupt:
+            return 0
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    rows = control.list_jobs(_client(args.redis_url))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for row in rows:
+        made = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(row["created_at"]))
+        print(f"{row['id']:26} {row['status']:8} {made}  {row['stored']:>8} stored {row['open']:>8} open "
+              f"{row['errors']:>6} errors")
+    return 0
 
 
 def cmd_cycles(args: argparse.Namespace) -> int:
@@ -510,6 +572,29 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the job's shard count if `shards set` changed it (default: submitted)")
     rc.add_argument("--redis-url")
     rc.set_defaults(func=cmd_recover)
+
+    se = sub.add_parser("set", help="change a running job's settings (workers apply them within 5 s), or one "
+                                    "host's delay and in-flight limit")
+    se.add_argument("job")
+    se.add_argument("pairs", nargs="*", metavar="KEY=VALUE",
+                    help=f"runtime settings: {', '.join(control.RUNTIME)}; with --host: delay, per_host")
+    se.add_argument("--host", help="set (or --clear) this host's own delay=SECONDS and/or per_host=N")
+    se.add_argument("--clear", action="store_true", help="with --host: the job's settings apply to it again")
+    se.add_argument("--redis-url")
+    se.set_defaults(func=cmd_set)
+
+    lg = sub.add_parser("logs", help="a job's central log: warnings, errors and events from every worker")
+    lg.add_argument("job")
+    lg.add_argument("-f", "--follow", action="store_true", help="keep printing entries as they arrive")
+    lg.add_argument("--level", default="INFO", help="the least level shown (DEBUG, INFO, WARNING, ERROR)")
+    lg.add_argument("-n", "--lines", type=int, default=100, help="entries shown before following (default 100)")
+    lg.add_argument("--redis-url")
+    lg.set_defaults(func=cmd_logs)
+
+    jl = sub.add_parser("jobs", help="the jobs Redis knows, newest first")
+    jl.add_argument("--json", action="store_true")
+    jl.add_argument("--redis-url")
+    jl.set_defaults(func=cmd_jobs)
 
     sp = sub.add_parser("stop", help="dispatch nothing more for a job and end its schedule")
     sp.add_argument("job")

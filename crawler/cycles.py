@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from redis import Redis
 
-from crawler import jobs
+from crawler import joblog, jobs
 from crawler.dedup import admit_links, seen_set
 from crawler.dedup.neardup import NearDuplicates
 from crawler.frontier import Entry, Frontier
@@ -37,6 +37,7 @@ def tick(redis: Redis, open_store: OpenStore, now: float | None = None) -> list[
     started = []
     for job_id in jobs.periodic(redis):
         try:
+            jobs.note_cycle_end(redis, job_id)
             cycle = start_cycle(redis, job_id, open_store, now)
         except KeyError:
             jobs.drop_periodic(redis, job_id)  # the job was deleted
@@ -69,7 +70,9 @@ def start_cycle(redis: Redis, job_id: str, open_store: OpenStore, now: float) ->
     frontier.run_cycle(job_id, s.shards)
     jobs.count_cycle(redis, job_id, cycle, queued=queued, not_due=skipped)
     log.info("job %s: cycle %d started, %d URLs queued, %d pages not due", job_id, cycle, queued, skipped)
+    joblog.log_event(redis, job_id, "cycle_started", f"cycle {cycle}: {queued} URLs queued, {skipped} pages not due")
     return cycle
+
 
 
 def _forget_seen(redis: Redis, job: Job) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from redis import Redis
 from redis.typing import EncodableT, FieldT
 
-from crawler import jobcache, keys, storeretry
+from crawler import jobcache, joblog, keys, storeretry
 from crawler.dedup import admit_links
 from crawler.errors import BadURL, ConfigError, JobNotFound, shown
 from crawler.frontier import Entry, Frontier, liveshards
@@ -49,7 +49,7 @@ def canonical_seeds(seeds: list[str], max_url_length: int) -> list[str]:
     return canon
 
 
-def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | None = None) -> str:
+def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | None = None, by: str = "") -> str:
     """Create a job and admit its seeds. Raises SettingError for a setting out of range and
     BadURL naming the first seed that is not a fetchable URL, before anything is written."""
     settings = settings.validated()  # callers may have built or changed it by hand
@@ -74,6 +74,9 @@ def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | Non
         pipe.sadd(keys.PERIODIC, job_id)
     pipe.hset(keys.meta(job_id), mapping=meta)
     pipe.sadd(keys.JOBS, job_id)
+    pipe.zadd(keys.ALL_JOBS, {job_id: now})
+    spider = f", spider {settings.spider} version {settings.spider_version}" if settings.spider else ""
+    joblog.log_event(pipe, job_id, "submitted", f"{len(canon)} seeds, {settings.shards} shards{spider}", by=by)
     pipe.execute()
     admit_links(redis, Frontier(redis), job_id, settings, [Entry(u) for u in dict.fromkeys(canon)])
     return job_id
@@ -136,9 +139,10 @@ def hosts(redis: Redis, job_id: str) -> list[dict[str, Any]]:
              "queued": h.queued} for h in Frontier(redis).host_stats(job_id)]
 
 
-def stop(redis: Redis, job_id: str, error: str = "") -> None:
+def stop(redis: Redis, job_id: str, error: str = "", by: str = "") -> None:
     """Dispatch nothing more for the job and start no more cycles; what is in flight still
-    finishes and is stored. ``error``: why a worker stopped it (``status`` shows it)."""
+    finishes and is stored. ``error``: why a worker stopped it (``status`` shows it); ``by``:
+    who asked (for the job's log)."""
     now = time.time()
     cycle = redis.hget(keys.meta(job_id), "cycle")
     pipe = redis.pipeline()
@@ -147,19 +151,26 @@ def stop(redis: Redis, job_id: str, error: str = "") -> None:
     pipe.srem(keys.PERIODIC, job_id)
     if cycle is not None:
         pipe.hsetnx(keys.cycle(job_id, text(cycle)), "finished_at", now)
+    joblog.log_event(pipe, job_id, "stopped", error or "stopped", level="ERROR" if error else "INFO", by=by)
     pipe.execute()
 
 
-def pause(redis: Redis, job_id: str) -> str:
+def pause(redis: Redis, job_id: str, by: str = "") -> str:
     """Dispatch nothing more (and start no cycle) until ``resume``; in-flight pages finish and
     are stored. Returns the status the job had."""
-    return Frontier(redis).pause(job_id)
+    was = Frontier(redis).pause(job_id)
+    if was and was != PAUSED:
+        joblog.log_event(redis, job_id, "paused", f"paused (was {was})", by=by)
+    return was
 
 
-def resume(redis: Redis, job_id: str) -> str:
+def resume(redis: Redis, job_id: str, by: str = "") -> str:
     """Undo ``pause``. Returns the status the job had."""
     shards = load(redis, job_id, max_age=0).settings.shards
-    return Frontier(redis).resume(job_id, shards)
+    was = Frontier(redis).resume(job_id, shards)
+    if was == PAUSED:
+        joblog.log_event(redis, job_id, "resumed", "resumed", by=by)
+    return was
 
 
 MAX_SHARDS = 1024
@@ -295,10 +306,36 @@ def purge(redis: Redis, job_id: str, chunk: int = 1000) -> int:
     """Delete every key of the job (what workers wrote after Redis came back empty). Returns
     how many."""
     doomed = list(redis.scan_iter(keys.job_pattern(job_id), count=1000))
+    redis.zrem(keys.ALL_JOBS, job_id)
     for i in range(0, len(doomed), chunk):
         redis.delete(*doomed[i:i + chunk])
     return len(doomed)
 
 
+def known(redis: Redis) -> list[str]:
+    """Every job Redis has, newest first (jobs from before the registry: found by their meta key)."""
+    listed = [text(j) for j in redis.zrevrange(keys.ALL_JOBS, 0, -1)]
+    if listed:
+        return listed
+    head, tail = keys.meta("\0").split("\0")
+    found = {text(k)[len(head):-len(tail)] for k in redis.scan_iter(keys.meta("*"), count=1000)}
+    return sorted(found, reverse=True)
+
+
 def active(redis: Redis) -> list[str]:
     return sorted(text(m) for m in redis.smembers(keys.JOBS))
+
+
+def note_cycle_end(redis: Redis, job_id: str) -> bool:
+    """Put the end of the job's current cycle in its log, once (the frontier's scripts end it;
+    the beat's next check writes the entry)."""
+    cycle = redis.hget(keys.meta(job_id), "cycle")
+    if cycle is None:
+        return False
+    key = keys.cycle(job_id, text(cycle))
+    if redis.hget(key, "finished_at") is None or not redis.hsetnx(key, "end_logged", 1):
+        return False
+    figures = {text(k): text(v) for k, v in redis.hgetall(key).items()}
+    summary = ", ".join(f"{k} {figures[k]}" for k in ("fetched", "new", "changed", "unchanged", "gone") if k in figures)
+    joblog.log_event(redis, job_id, "cycle_ended", f"cycle {text(cycle)} ended: {summary or 'nothing fetched'}")
+    return True

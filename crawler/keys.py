@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 
 JOBS = "c:jobs"  # ids of jobs that may have work to dispatch
+ALL_JOBS = "c:jobs:all"  # every job submitted, scored by when (newest last); purge removes it
 PERIODIC = "c:periodic"  # ids of periodic jobs, for the beat's cycle check
 BEAT_LOCK = "c:beat:lock"  # held by the one beat allowed to send periodic tasks
 BEAT_TICKS = "c:beat:ticks"  # cycle checks run, for status and tests
@@ -124,6 +125,26 @@ def host_next(job: str) -> str:
 def host_delays(job: str) -> str:
     """host -> its current delay, where it differs from the job's (adaptive politeness)."""
     return prefix(job) + "delay"
+
+
+def host_overrides(job: str) -> str:
+    """host -> ``"<delay> <per_host>"`` an operator set for it (``-`` for either left to the job)."""
+    return prefix(job) + "ovr"
+
+
+def host_fetched(job: str) -> str:
+    """host -> pages fetched from it (for the hosts table of status, the API and the console)."""
+    return prefix(job) + "hostf"
+
+
+def host_errors(job: str) -> str:
+    """host -> fetches from it that ended in an error."""
+    return prefix(job) + "hoste"
+
+
+def job_log(job: str) -> str:
+    """The job's central log: a capped stream of its warnings, errors and events (crawler.joblog)."""
+    return prefix(job) + "log"
 
 
 def host_admitted(job: str) -> str:

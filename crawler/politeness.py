@@ -115,14 +115,18 @@ class Politeness:
         hosts: dict[str, list[FetchResult]] = {}
         for r in results:
             hosts.setdefault(host_key(r.url), []).append(r)
-        floors: dict[str, float] = {}
-        for host, rs in hosts.items():
-            policy = policies.get(origin_of(rs[0].url))
-            crawl_delay = policy.crawl_delay(s.robots_user_agent) if policy is not None and s.obey_robots else None
-            floors[host] = max(s.delay, min(crawl_delay or 0.0, s.max_delay))
-        if not s.autothrottle:
-            return {h: f for h, f in floors.items() if f > s.delay}
         names = list(hosts)
+        # An operator's delay for a host replaces the job's as that host's floor.
+        overrides = self._frontier.host_overrides(job.id, names)
+        floors: dict[str, float] = {}
+        for host, override in zip(names, overrides, strict=True):
+            policy = policies.get(origin_of(hosts[host][0].url))
+            crawl_delay = policy.crawl_delay(s.robots_user_agent) if policy is not None and s.obey_robots else None
+            base = override.delay if override is not None and override.delay is not None else s.delay
+            floors[host] = max(base, min(crawl_delay or 0.0, s.max_delay))
+        if not s.autothrottle:
+            owned = {h for h, o in zip(names, overrides, strict=True) if o is not None and o.delay is not None}
+            return {h: f for h, f in floors.items() if f > s.delay or h in owned}
         current = self._frontier.host_delays(job.id, names)
         out: dict[str, float] = {}
         for host, own in zip(names, current, strict=True):

@@ -18,6 +18,7 @@ from typing import Any
 from celery.signals import celeryd_after_setup, heartbeat_sent, worker_init, worker_shutdown
 from redis import Redis
 
+from crawler import joblog
 from crawler.celeryapp.config import redis_url
 from crawler.lifeline import die_with_parent, parent_from_env, watch_parent
 from crawler.nodes import mark_offline, record_heartbeat
@@ -65,7 +66,9 @@ def on_shutdown(sender: Any = None, **_: Any) -> None:
 
 
 def on_worker_init(**_: Any) -> None:
-    """In a worker started with ``CRAWLER_PARENT_PID``: die with that parent."""
+    """Every worker sends its jobs' warnings and errors to their central logs
+    (``crawler.joblog``). In a worker started with ``CRAWLER_PARENT_PID``: die with that parent."""
+    joblog.install(_client)
     parent = parent_from_env()
     if parent:
         # Armed, the kernel sends SIGTERM the moment the parent dies and the watch only

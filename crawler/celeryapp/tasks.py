@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from celery import Task
 from redis import exceptions as redis_errors
 
-from crawler import cycles, jobs, stages
+from crawler import cycles, joblog, jobs, stages
 from crawler.celeryapp import beat
 from crawler.celeryapp.app import app
 from crawler.celeryapp.config import redis_url
@@ -58,6 +58,15 @@ class CrawlTask(BaseTask):
     max_retries = 20
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        job_id = args[0] if args else kwargs.get("job_id")
+        # What the task logs at WARNING and above goes to its job's central log too.
+        token = joblog.current_job.set(job_id if isinstance(job_id, str) else None)
+        try:
+            return self._run(*args, **kwargs)
+        finally:
+            joblog.current_job.reset(token)
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:
         info = self.request.delivery_info or {}
         if info.get("redelivered") and self.request.id:
             r = context().redis

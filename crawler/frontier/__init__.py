@@ -1,6 +1,6 @@
 """Per-host queues, dispatch, politeness and leases in Redis."""
 
-from crawler.frontier.core import Dispatched, Fetched, Frontier, HostStats, Lease, Reaped, new_token
+from crawler.frontier.core import Dispatched, Fetched, Frontier, HostOverride, HostStats, Lease, Reaped, new_token
 from crawler.frontier.entry import Entry
 
-__all__ = ["Dispatched", "Entry", "Fetched", "Frontier", "HostStats", "Lease", "Reaped", "new_token"]
+__all__ = ["Dispatched", "Entry", "Fetched", "Frontier", "HostOverride", "HostStats", "Lease", "Reaped", "new_token"]

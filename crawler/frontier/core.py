@@ -61,6 +61,27 @@ class HostStats:
     delay: float | None  # its own delay, if it has one (else the job's applies)
     inflight: int
     queued: int
+    admitted: int = 0
+    fetched: int = 0
+    errors: int = 0
+    override: HostOverride | None = None
+
+
+@dataclass(frozen=True)
+class HostOverride:
+    """What an operator set for one host of a running job (None: the job's setting applies)."""
+
+    delay: float | None = None
+    per_host: int | None = None
+
+    def encode(self) -> str:
+        delay = "-" if self.delay is None else repr(float(self.delay))
+        return f"{delay} {'-' if self.per_host is None else self.per_host}"
+
+    @classmethod
+    def decode(cls, raw: str) -> HostOverride:
+        d, _, n = raw.partition(" ")
+        return cls(None if d in ("-", "") else float(d), None if n in ("-", "") else int(n))
 
 
 @dataclass(frozen=True)
@@ -92,6 +113,8 @@ class Frontier:
         self._promote = redis.register_script(lua.PROMOTE)
         self._pause = redis.register_script(lua.PAUSE)
         self._resume = redis.register_script(lua.RESUME)
+        self._retime = redis.register_script(lua.RETIME)
+        self._unpark = redis.register_script(lua.UNPARK)
         self._claim_cycle = redis.register_script(lua.CLAIM_CYCLE)
         self._run_cycle = redis.register_script(lua.RUN_CYCLE)
 
@@ -237,19 +260,102 @@ class Frontier:
                 pipe.hincrby(keys.counters(job), name, delta)
         pipe.execute()
 
-    def host_stats(self, job: str) -> list[HostStats]:
-        """Every host the job has a delay of its own for, requests in flight to, or a queue for,
-        by name."""
-        delays = {text(k): float(v) for k, v in self.redis.hgetall(keys.host_delays(job)).items()}
-        inflight = {text(k): int(v) for k, v in self.redis.hgetall(keys.host_inflight(job)).items()}
-        cut = len(keys.host_queue(job, ""))
-        queued = {text(k)[cut:] for k in self.redis.scan_iter(keys.host_queue_pattern(job))}
-        names = sorted(set(delays) | set(inflight) | queued)
+    def host_stats(self, job: str, scan_queues: bool = True) -> list[HostStats]:
+        """Every host the job has admitted URLs of, fetched from, a delay or an override of its
+        own for, requests in flight to, or a queue for, by name. ``scan_queues`` False skips
+        the SCAN for queues of hosts none of the others name (there are none while the per-host
+        budget is on, which counts every admission): a SCAN walks the whole keyspace."""
         pipe = self.redis.pipeline(transaction=False)
-        for h in names:
+        for key in (keys.host_delays(job), keys.host_inflight(job), keys.host_admitted(job),
+                    keys.host_fetched(job), keys.host_errors(job), keys.host_overrides(job)):
+            pipe.hgetall(key)
+        raw = [{text(k): text(v) for k, v in h.items()} for h in pipe.execute()]
+        delays, inflight, admitted, fetched, errors, overrides = raw
+        names = set().union(*raw)
+        if scan_queues:
+            cut = len(keys.host_queue(job, ""))
+            names.update(text(k)[cut:] for k in self.redis.scan_iter(keys.host_queue_pattern(job), count=1000))
+        ordered = sorted(names)
+        for h in ordered:
             pipe.llen(keys.host_queue(job, h))
-        return [HostStats(h, delays.get(h), inflight.get(h, 0), q)
-                for h, q in zip(names, pipe.execute(), strict=True)]
+        return [HostStats(h, float(delays[h]) if h in delays else None, int(inflight.get(h, 0)), q,
+                          admitted=int(admitted.get(h, 0)), fetched=int(fetched.get(h, 0)),
+                          errors=int(errors.get(h, 0)),
+                          override=HostOverride.decode(overrides[h]) if h in overrides else None)
+                for h, q in zip(ordered, pipe.execute(), strict=True)]
+
+    def count_hosts(self, job: str, fetched: Mapping[str, int], errors: Mapping[str, int], pipe: Any) -> None:
+        """Add to the hosts' fetched and error counts (in the caller's pipeline)."""
+        for host, n in fetched.items():
+            pipe.hincrby(keys.host_fetched(job), host, n)
+        for host, n in errors.items():
+            pipe.hincrby(keys.host_errors(job), host, n)
+
+    def host_overrides(self, job: str, hosts: Sequence[str]) -> list[HostOverride | None]:
+        """The operator's overrides of these hosts (None where there is none)."""
+        if not hosts:
+            return []
+        return [None if raw is None else HostOverride.decode(text(raw))
+                for raw in self.redis.hmget(keys.host_overrides(job), list(hosts))]
+
+    def set_host_override(self, job: str, host: str, override: HostOverride, shards: int) -> None:
+        """Give one host its own delay and/or in-flight limit. The delay becomes the host's
+        current delay at once (adaptive politeness then moves it from there, never below it),
+        and a host waiting out a longer delay may go when the new one has passed."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(keys.host_overrides(job), host, override.encode())
+        if override.delay is not None:
+            pipe.hset(keys.host_delays(job), host, override.delay)
+        pipe.execute()
+        if override.delay is not None:
+            self.retime(job, {host: override.delay}, shards)
+        if override.per_host is not None:
+            self._call(self._unpark, job, time.time(), shards, host)
+        self.wake(shards)
+
+    def clear_host_override(self, job: str, host: str, shards: int) -> bool:
+        """The job's settings apply to the host again (its adaptive delay starts over)."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hdel(keys.host_overrides(job), host)
+        pipe.hdel(keys.host_delays(job), host)
+        gone, _ = pipe.execute()
+        self._call(self._unpark, job, time.time(), shards, host)
+        self.wake(shards)
+        return bool(gone)
+
+    def retime(self, job: str, delays: Mapping[str, float], shards: int, now: float | None = None) -> int:
+        """Hosts waiting out a delay longer than the one given here may go once it has passed.
+        Returns how many were brought forward."""
+        now = time.time() if now is None else now
+        moved = 0
+        items = list(delays.items())
+        for i in range(0, len(items), 500):
+            flat = [x for host, d in items[i:i + 500] for x in (host, d)]
+            moved += int(self._call(self._retime, job, now, shards, *flat))
+        return moved
+
+    def rebase_delays(self, job: str, old: float, new: float) -> list[str]:
+        """The job's delay changed from ``old`` to ``new``: hosts whose adaptive delay sits at the
+        old floor (healthy ones) take the new one at once; hosts backing off (above it) and hosts
+        with an operator's override keep theirs. Returns the hosts rebased."""
+        overridden = set(text(h) for h in self.redis.hkeys(keys.host_overrides(job)))
+        at_floor = [text(h) for h, d in self.redis.hgetall(keys.host_delays(job)).items()
+                    if text(h) not in overridden and abs(float(d) - old) <= max(1e-3, old * 0.01)]
+        for i in range(0, len(at_floor), 1000):
+            self.redis.hdel(keys.host_delays(job), *at_floor[i:i + 1000])
+        return at_floor
+
+    def waiting_hosts(self, job: str) -> list[str]:
+        """Hosts with a next-allowed time recorded (those a shorter delay could bring forward)."""
+        return [text(h) for h in self.redis.hkeys(keys.host_next(job))]
+
+    def wake(self, shards: int) -> None:
+        """Make the shards' dispatchers look again now."""
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in range(shards):
+            pipe.lpush(keys.wake(shard), "1")
+            pipe.ltrim(keys.wake(shard), 0, 0)
+        pipe.execute()
 
     def host_delays(self, job: str, hosts: Sequence[str]) -> list[float | None]:
         """The hosts' own delays (None: the job's applies)."""

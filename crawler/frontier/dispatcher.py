@@ -16,7 +16,7 @@ from typing import Any
 
 import redis
 
-from crawler import jobcache, keys
+from crawler import jobcache, joblog, keys
 from crawler.frontier import liveshards, takeover
 from crawler.frontier.core import Frontier
 from crawler.frontier.liveshards import LiveSet
@@ -70,6 +70,13 @@ class Dispatcher:
                             "go to their runner-up shards", s, self.takeover_after)
             for s in change.up:
                 log.warning("shard %d is live again: its hosts move back to it", s)
+            # Every running job's log says so too: it is where an operator looks first.
+            for job_id in self.frontier.active_jobs():
+                for s in change.down:
+                    joblog.log_event(self.redis, job_id, "shard_down", f"shard {s} taken over: every worker of it "
+                                     f"silent for {self.takeover_after} heartbeats", level="WARNING")
+                for s in change.up:
+                    joblog.log_event(self.redis, job_id, "shard_up", f"shard {s} is live again", level="WARNING")
         self.live = change.live if change is not None else liveshards.read(self.redis)
 
     def tick(self, now: float | None = None) -> float:

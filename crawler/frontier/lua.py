@@ -39,7 +39,7 @@ PARKED = 1e12
 # The job's records every script may touch whose names are known up front: (Lua local, name).
 _FIXED = [("KMETA", "meta"), ("KCNT", "cnt"), ("KSEEN", "seen"), ("KLEASE", "lease"), ("KLEXP", "lexp"),
           ("KRETRY", "retry"), ("KINF", "inf"), ("KIPINF", "ipinf"), ("KIP", "ip"), ("KNEXT", "next"),
-          ("KDELAY", "delay"), ("KHOSTN", "hostn"), ("KPEND", "pend"), ("KPENDB", "pendb")]
+          ("KDELAY", "delay"), ("KHOSTN", "hostn"), ("KPEND", "pend"), ("KPENDB", "pendb"), ("KOVR", "ovr")]
 
 
 def job_keys(job: str) -> list[str]:
@@ -47,7 +47,7 @@ def job_keys(job: str) -> list[str]:
     return [keys.meta(job), keys.counters(job), keys.seen(job), keys.leases(job), keys.lease_expiry(job),
             keys.retries(job), keys.host_inflight(job), keys.ip_inflight(job), keys.host_ip(job),
             keys.host_next(job), keys.host_delays(job), keys.host_admitted(job), keys.pending_links(job),
-            keys.pending_link_bodies(job), keys.JOBS]
+            keys.pending_link_bodies(job), keys.host_overrides(job), keys.JOBS]
 
 
 def _bind() -> str:
@@ -64,6 +64,15 @@ local function wake(shard)
 end
 local function host_delay(host, default)
   return tonumber(redis.call('HGET', KDELAY, host) or default)
+end
+-- Requests in flight one host may have: an operator's override, else the job's per_host.
+local function host_limit(host, default)
+  local o = redis.call('HGET', KOVR, host)
+  if o then
+    local n = string.match(o, '^%S+ (%S+)$')
+    if n and n ~= '-' then return tonumber(n) end
+  end
+  return default
 end
 -- A host with queued URLs becomes due at t, unless it is already scheduled (due or waiting out
 -- its delay). A parked host is left parked only when ``keep_parked`` is set.
@@ -262,7 +271,6 @@ local shard, now = ARGV[3], tonumber(ARGV[4])
 local max_urls, per_host, delay = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local deadline, token, concurrency = ARGV[8], ARGV[9], tonumber(ARGV[10])
 local per_ip, batch, min_free = tonumber(ARGV[11]), tonumber(ARGV[12] or '0'), tonumber(ARGV[13] or '0')
-if per_ip <= 0 then per_ip = per_host end
 local rkey = P .. 'ready:' .. shard
 local leased = 0
 local out = {}
@@ -282,7 +290,11 @@ if redis.call('HGET', KMETA, 'status') == 'running' then
       local ipk = ip_key(host)
       local ipinf = tonumber(redis.call('HGET', KIPINF, ipk) or '0')
       local hdelay = host_delay(host, delay)
-      local take = math.min(per_host - inf, per_ip - ipinf, slots)
+      local limit = host_limit(host, per_host)
+      -- per_ip 0: an address takes what one host of it may (its override included).
+      local ip_limit = per_ip
+      if ip_limit <= 0 then ip_limit = limit end
+      local take = math.min(limit - inf, ip_limit - ipinf, slots)
       -- With a delay, requests to one host start one at a time, ``delay`` apart.
       if hdelay > 0 and take > 1 then take = 1 end
       local got = 0
@@ -311,9 +323,9 @@ if redis.call('HGET', KMETA, 'status') == 'running' then
       end
       if redis.call('LLEN', qkey) == 0 then
         redis.call('ZREM', rkey, host)
-      elseif inf >= per_host then
+      elseif inf >= limit then
         redis.call('ZADD', rkey, PARKED, host)
-      elseif ipinf + got >= per_ip then
+      elseif ipinf + got >= ip_limit then
         redis.call('ZADD', rkey, PARKED, host)
         redis.call('SADD', P .. 'ipwait:' .. ipk, shard .. ' ' .. host)
       else
@@ -543,5 +555,41 @@ RUN_CYCLE = _prelude() + """
 if redis.call('HGET', KMETA, 'status') ~= 'starting' then return 0 end
 redis.call('HDEL', KMETA, 'start_stage')
 run_job(tonumber(ARGV[3]), tonumber(ARGV[4]))
+return 1
+"""
+
+# ARGV: prefix, job, now, shards, then (host, delay) pairs. A host's delay just got shorter (an
+# operator's override or the job's delay changed while it runs): a host waiting out the longer
+# one may go once the shorter one has passed, without waiting the rest of the old one.
+RETIME = _prelude() + """
+local now, shards = tonumber(ARGV[3]), tonumber(ARGV[4])
+local n = 0
+for i = 5, #ARGV, 2 do
+  local host, t = ARGV[i], now + tonumber(ARGV[i + 1])
+  local nxt = tonumber(redis.call('HGET', KNEXT, host))
+  if nxt and nxt > t then
+    redis.call('HSET', KNEXT, host, t)
+    for shard = 0, shards - 1 do
+      local key = P .. 'ready:' .. shard
+      local score = tonumber(redis.call('ZSCORE', key, host))
+      if score and score > t and score < PARKED then
+        redis.call('ZADD', key, t, host)
+        wake(shard)
+      end
+    end
+    n = n + 1
+  end
+end
+return n
+"""
+
+# ARGV: prefix, job, now, shards, host. The host may take more requests at once than when it was
+# parked for a full in-flight budget (an operator raised its limit): due again now.
+UNPARK = _prelude() + """
+local now, shards, host = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+for shard = 0, shards - 1 do
+  local s = tonumber(redis.call('ZSCORE', P .. 'ready:' .. shard, host))
+  if s and s >= PARKED then schedule(host, shard, now, false) end
+end
 return 1
 """

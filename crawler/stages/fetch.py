@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +19,7 @@ from crawler.retrypolicy import RetryPolicy
 from crawler.stages.context import Context
 from crawler.stages.dedup import dedup_stage
 from crawler.store import StoreUnavailable
-from crawler.urls import domain_of
+from crawler.urls import domain_of, host_key
 
 # How long a fetched body may wait in Redis for parse and store: past any lease.
 BODY_TTL = 3600
@@ -67,6 +68,8 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     pages: list[FetchedPage] = []
     done: list[Fetched] = []
     nbytes = failed = not_modified = 0
+    host_fetched: Counter[str] = Counter()
+    host_errors: Counter[str] = Counter()
     for e, r in zip(todo, results, strict=True):
         robots = policies.get(origin_of(e.url))
         wait = retry.wait(e.attempts, r, robots.expires - now if robots is not None else 0.0)
@@ -80,12 +83,16 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
             body_key = ctx.frontier.hold_body(job.id, token, e.url, r.body, BODY_TTL, pipe)
         nbytes += len(r.body)
         failed += r.error is not None
+        host = host_key(e.url)
+        host_fetched[host] += 1
         if r.error:
             jobs.count(pipe, job.id, **{f"error:{r.error}": 1})
+            host_errors[host] += 1
         pages.append(_page(ctx, e, r, body_key, archive, cycle, cycle_base, previous.get(e.url)))
         not_modified += r.status == 304
     delays = ctx.politeness.delay_updates(job, results, policies)
     ctx.frontier.set_host_delays(job.id, delays, pipe)
+    ctx.frontier.count_hosts(job.id, host_fetched, host_errors, pipe)
     jobs.count(pipe, job.id, fetched=len(pages), failed=failed, bytes=nbytes, not_modified=not_modified,
                fetch_tasks=1)
     jobs.count_cycle(pipe, job.id, cycle, fetched=len(pages), bytes=nbytes, not_modified=not_modified)

@@ -106,8 +106,8 @@ class Catalogue:
         pager.append(f'<li class=current>Page {n} of {self.pages}</li>')
         if n < self.pages:
             pager.append(f'<li class=next><a href="page-{n + 1}.html">next</a></li>')
-        return _page(f"All products - page {n}",
-                     f"<h1>All products</h1><section>{self._cards(chunk)}</section><ul class=pager>{''.join(pager)}</ul>")
+        body = f"<h1>All products</h1><section>{self._cards(chunk)}</section><ul class=pager>{''.join(pager)}</ul>"
+        return _page(f"All products - page {n}", body)
 
     def _category(self, c: str) -> bytes:
         chunk = [p for p in self.products if p.category == c]

@@ -1,0 +1,412 @@
+"""Steering jobs: the one code path behind the ``crawler`` command, the REST API and the console.
+
+Plain functions over Redis (and a job's store, for pages, items and dead links); errors are the
+crawler's own, with the one-line messages the CLI prints: ``JobNotFound`` (a KeyError) for an
+unknown job, ``ConfigError`` (a ValueError; ``SettingError`` for a setting) for a value that
+cannot be used. ``by`` names who asked (a user, ``api:<address>``), for the job's log.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict
+from typing import Any
+
+from redis import Redis
+from redis.exceptions import WatchError
+
+from crawler import joblog, jobs, keys, nodes
+from crawler.errors import ConfigError, JobNotFound
+from crawler.frontier import Frontier, HostOverride, HostStats, takeover
+from crawler.lru import LRU
+from crawler.redact import has_password, redact, redact_settings
+from crawler.settings import SettingError, Settings, parse_text
+from crawler.spiders.loader import prepare
+from crawler.store import PageStore, open_store
+
+# Settings an operator may change while the job runs. Every worker reads a job's settings again
+# at most ``jobs.load``'s max_age (5 s) after they change, so that is how soon they apply.
+RUNTIME = ("delay", "per_host", "per_ip", "concurrency", "max_pages", "max_depth", "max_pages_per_host",
+           "obey_robots", "user_agent", "robots_user_agent", "autothrottle", "max_delay", "max_attempts",
+           "fetch_batch")
+HOST_SORTS = ("host", "queued", "inflight", "delay", "fetched", "errors", "admitted")
+_HOST_RE = re.compile(r"[a-z0-9.\-\[\]:_]{1,300}")
+HOSTS_SNAPSHOT_AGE = 2.0  # seconds one computed host table serves every page and sort of it
+_host_tables: LRU[str, tuple[float, list[HostStats]]] = LRU(32)
+
+
+def _exists(r: Redis, job_id: str) -> None:
+    if not jobs.exists(r, job_id):
+        raise JobNotFound(f"no such job: {job_id}")
+
+
+# -- jobs ------------------------------------------------------------------------------------
+
+def list_jobs(r: Redis, limit: int = 200) -> list[dict[str, Any]]:
+    """The newest ``limit`` jobs Redis knows, newest first: id, status, created_at, seeds and the
+    counters an overview shows."""
+    out = []
+    for job_id in jobs.known(r)[:limit]:
+        try:
+            st = jobs.status(r, job_id)
+        except JobNotFound:
+            continue  # purged meanwhile
+        c = st["counters"]
+        out.append({"id": job_id, "status": st["status"], "created_at": float(st.get("created_at") or 0),
+                    "finished_at": float(st["finished_at"]) if st.get("finished_at") else None,
+                    "seeds": json.loads(st.get("seeds") or "[]")[:5], "stored": c.get("stored", 0),
+                    "open": c.get("open", 0), "errors": sum(v for k, v in c.items() if k.startswith("error:")),
+                    "error": st.get("error", "")})
+    return out
+
+
+def typed_settings(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Settings given as text (a form, a flag) read as their types, as the CLI reads them; typed
+    values (JSON) pass as they are and are checked by ``Settings``."""
+    known = set(Settings.__dataclass_fields__)
+    out: dict[str, Any] = {}
+    for name, value in values.items():
+        if name not in known:
+            raise SettingError(f"no setting named {name!r}")
+        out[name] = parse_text(name, value, "the value") if isinstance(value, str) else value
+    return out
+
+
+def submit(r: Redis, values: Mapping[str, Any], seeds: list[str], by: str = "") -> tuple[str, list[str]]:
+    """Submit a job (settings by name, as text or typed); returns its id and warnings for the
+    submitter. Its store must be given and usable from here, as workers will need it."""
+    settings = Settings.from_env(**typed_settings(values))
+    if not settings.store:
+        raise ConfigError("a store URL is required (e.g. sqlite:///data/crawl.db)")
+    settings, seeds = prepare(settings, seeds)
+    jobs.canonical_seeds(seeds, settings.max_url_length)  # before the store file is created
+    open_store(settings.store).close()  # fail here, not in every worker, if the URL is wrong
+    warnings = []
+    if has_password(settings.store):
+        warnings.append("the store password is not passed on to workers (the job's settings are readable by "
+                        "anyone with access to Redis); give workers PGPASSWORD or a ~/.pgpass entry")
+    return jobs.submit(r, settings, seeds, by=by), warnings
+
+
+def status(r: Redis, job_id: str) -> dict[str, Any]:
+    return jobs.status(r, job_id)
+
+
+def pause(r: Redis, job_id: str, by: str = "") -> str:
+    """The job's status after asking it to pause (``paused`` unless it was not running or waiting)."""
+    _exists(r, job_id)
+    jobs.pause(r, job_id, by=by)
+    return str(jobs.status(r, job_id)["status"])
+
+
+def resume(r: Redis, job_id: str, by: str = "") -> str:
+    _exists(r, job_id)
+    jobs.resume(r, job_id, by=by)
+    return str(jobs.status(r, job_id)["status"])
+
+
+def stop(r: Redis, job_id: str, by: str = "") -> str:
+    _exists(r, job_id)
+    jobs.stop(r, job_id, by=by)
+    return jobs.STOPPED
+
+
+def recover(r: Redis, job_id: str, store_url: str, by: str = "", shards: int | None = None) -> dict[str, Any]:
+    """Rebuild a job Redis lost from its store (``crawler recover``)."""
+    from crawler.recover import recover as rebuild  # the whole pipeline: only for this rare call
+
+    store = open_store(store_url)
+    try:
+        done = rebuild(r, store, job_id, shards=shards)
+    finally:
+        store.close()
+    joblog.log_event(r, job_id, "recovered", f"rebuilt from its store: {done.stored} stored pages, "
+                     f"{done.queued} URLs queued", by=by)
+    return asdict(done)
+
+
+# -- settings --------------------------------------------------------------------------------
+
+def get_settings(r: Redis, job_id: str) -> dict[str, Any]:
+    """The job's settings as workers apply them (credentials redacted), and which may change."""
+    raw = r.hget(keys.meta(job_id), "settings")
+    if raw is None:
+        raise JobNotFound(f"no such job: {job_id}")
+    return {"settings": redact_settings(json.loads(raw)), "runtime": list(RUNTIME)}
+
+
+def set_settings(r: Redis, job_id: str, changes: Mapping[str, Any], by: str = "") -> dict[str, Any]:
+    """Change runtime settings of a job (values as text or typed), validated as at submission;
+    every worker applies them within 5 s. Returns ``{"changed": {name: [old, new]}}``."""
+    if not changes:
+        raise ConfigError("no settings given (KEY=VALUE)")
+    for name in changes:
+        if name not in Settings.__dataclass_fields__:
+            raise SettingError(f"no setting named {name!r}")
+        if name not in RUNTIME:
+            raise SettingError(f"setting {name} cannot change while a job runs (these can: {', '.join(RUNTIME)})")
+    typed = typed_settings(changes)
+    changed: dict[str, list[Any]] = {}
+    with r.pipeline() as pipe:
+        while True:
+            try:
+                pipe.watch(keys.meta(job_id))  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+                raw = pipe.hget(keys.meta(job_id), "settings")
+                if raw is None:
+                    raise JobNotFound(f"no such job: {job_id}")
+                values = json.loads(raw)
+                old = Settings.from_env(**values)
+                merged = {**values, **typed}
+                # The seen-set's kind was chosen at submission: a depth limit must not switch it.
+                if values.get("dedup", "auto") == "auto":
+                    merged["dedup"] = "bloom" if old.uses_bloom else "set"
+                if old.uses_bloom and typed.get("max_depth", old.max_depth) != old.max_depth:
+                    raise SettingError("setting max_depth cannot change for this job: its seen-set is a Bloom "
+                                       "filter, which keeps no depths (submit with --max-depth, or dedup set, "
+                                       "to change it while it runs)")
+                Settings.from_env(**merged)  # the whole, checked as at submission
+                changed = {k: [values.get(k), v] for k, v in typed.items() if values.get(k) != v}
+                pipe.multi()
+                pipe.hset(keys.meta(job_id), "settings", json.dumps(merged))
+                if changed:
+                    line = "; ".join(f"{k} {_shown(o)} -> {_shown(n)}" for k, (o, n) in changed.items())
+                    joblog.log_event(pipe, job_id, "settings_changed", line, by=by)
+                pipe.execute()
+                break
+            except WatchError:
+                continue  # changed meanwhile: read it again
+    jobs.forget(job_id)
+    new = jobs.load(r, job_id, max_age=0).settings
+    frontier = Frontier(r)
+    if "delay" in changed:
+        old_delay = float(changed["delay"][0] or 0.0)
+        frontier.rebase_delays(job_id, old_delay, new.delay)
+        if new.delay < old_delay:
+            # Hosts waiting out the old, longer delay (those without one of their own) go sooner.
+            waiting = frontier.waiting_hosts(job_id)
+            own = frontier.host_delays(job_id, waiting)
+            frontier.retime(job_id, {h: new.delay for h, d in zip(waiting, own, strict=True) if d is None},
+                            new.shards)
+    frontier.wake(new.shards)
+    return {"changed": changed}
+
+
+def _shown(value: Any) -> str:
+    return redact(json.dumps(value)) if not isinstance(value, str) else redact(repr(value))
+
+
+# -- hosts -----------------------------------------------------------------------------------
+
+def _host_table(r: Redis, job_id: str) -> list[HostStats]:
+    hit = _host_tables.get(job_id)
+    if hit is not None and time.monotonic() - hit[0] < HOSTS_SNAPSHOT_AGE:
+        return hit[1]
+    job = jobs.load(r, job_id)
+    # With the per-host budget on, every admitted host is named without a keyspace SCAN.
+    table = Frontier(r).host_stats(job_id, scan_queues=not job.settings.max_pages_per_host)
+    _host_tables.put(job_id, (time.monotonic(), table))
+    return table
+
+
+def hosts(r: Redis, job_id: str, sort: str = "queued", desc: bool = True, offset: int = 0, limit: int = 50,
+          prefix: str = "") -> dict[str, Any]:
+    """One page of the job's hosts, sorted on the server: ``{"total", "hosts": [{host, queued,
+    inflight, delay, fetched, errors, admitted, override}]}``. ``delay`` is the one that applies
+    (the job's where the host has none of its own). The table is computed at most every 2 s."""
+    if sort not in HOST_SORTS:
+        raise ConfigError(f"cannot sort hosts by {sort!r} (one of {', '.join(HOST_SORTS)})")
+    if offset < 0 or not 1 <= limit <= 1000:
+        raise ConfigError("offset must be >= 0 and limit between 1 and 1000")
+    _exists(r, job_id)
+    default = jobs.load(r, job_id).settings.delay
+    rows = [h for h in _host_table(r, job_id) if h.host.startswith(prefix)] if prefix else _host_table(r, job_id)
+
+    def key(h: HostStats) -> Any:
+        if sort == "host":
+            return h.host
+        if sort == "delay":
+            return default if h.delay is None else h.delay
+        return getattr(h, sort)
+
+    ordered = sorted(rows, key=key, reverse=desc)
+    return {"total": len(rows), "offset": offset, "sort": sort, "desc": desc,
+            "hosts": [_host_row(h, default) for h in ordered[offset:offset + limit]]}
+
+
+def _host_row(h: HostStats, default: float) -> dict[str, Any]:
+    o = h.override
+    return {"host": h.host, "queued": h.queued, "inflight": h.inflight,
+            "delay": default if h.delay is None else h.delay, "fetched": h.fetched, "errors": h.errors,
+            "admitted": h.admitted,
+            "override": None if o is None else {k: v for k, v in asdict(o).items() if v is not None}}
+
+
+def _check_host(host: str) -> str:
+    host = host.strip().lower()
+    if not _HOST_RE.fullmatch(host):
+        raise ConfigError(f"not a host name: {host[:80]!r} (give it as in the hosts table, e.g. example.com "
+                          "or 127.0.1.3:8080)")
+    return host
+
+
+def set_host_override(r: Redis, job_id: str, host: str, delay: Any = None, per_host: Any = None,
+                      by: str = "") -> dict[str, Any]:
+    """Give one host of a running job its own delay (seconds between requests, its floor from now
+    on: adaptive politeness and Crawl-delay may still raise it) and/or in-flight limit."""
+    host = _check_host(host)
+    d = None if delay in (None, "") else _number("delay", delay, float, 0.0)
+    n = None if per_host in (None, "") else int(_number("per_host", per_host, int, 1))
+    if d is None and n is None:
+        raise ConfigError("give a delay and/or a per_host limit for the host")
+    _exists(r, job_id)
+    shards = jobs.load(r, job_id).settings.shards
+    override = HostOverride(d, n)
+    Frontier(r).set_host_override(job_id, host, override, shards)
+    _host_tables.pop(job_id)
+    parts = [f"delay {d:g}s" if d is not None else "", f"per_host {n}" if n is not None else ""]
+    joblog.log_event(r, job_id, "host_override", f"{host}: {', '.join(p for p in parts if p)}", by=by)
+    return {"host": host, "override": {k: v for k, v in asdict(override).items() if v is not None}}
+
+
+def clear_host_override(r: Redis, job_id: str, host: str, by: str = "") -> bool:
+    host = _check_host(host)
+    _exists(r, job_id)
+    gone = Frontier(r).clear_host_override(job_id, host, jobs.load(r, job_id).settings.shards)
+    _host_tables.pop(job_id)
+    if gone:
+        joblog.log_event(r, job_id, "host_override", f"{host}: cleared, the job's settings apply", by=by)
+    return gone
+
+
+def _number(name: str, value: Any, kind: type, low: float) -> float:
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        what = "an integer" if kind is int else "a number"
+        raise SettingError(f"setting {name}: must be {what}, got {value!r}") from None
+    if isinstance(value, bool) or not math.isfinite(number) or number < low or number > 86400 * 7:
+        raise SettingError(f"setting {name}: must be a finite number >= {low:g} (at most a week), got {value!r}")
+    return float(number)
+
+
+# -- the rest of a job's picture -------------------------------------------------------------
+
+def nodes_status(r: Redis) -> list[dict[str, Any]]:
+    return nodes.nodes(r)
+
+
+def shards(r: Redis, job_id: str) -> list[dict[str, Any]]:
+    return takeover.shard_states(r, jobs.load(r, job_id).settings.shards)
+
+
+def cycles(r: Redis, job_id: str) -> list[dict[str, Any]]:
+    _exists(r, job_id)
+    return jobs.cycles(r, job_id)
+
+
+def _store_of(r: Redis, job_id: str, store_url: str | None) -> PageStore:
+    return open_store(store_url or jobs.load(r, job_id).settings.store)
+
+
+def _paged(rows: Iterator[dict[str, Any]], offset: int, limit: int) -> list[dict[str, Any]]:
+    if offset < 0 or not 1 <= limit <= 1000:
+        raise ConfigError("offset must be >= 0 and limit between 1 and 1000")
+    return list(itertools.islice(rows, offset, offset + limit))
+
+
+def dead_links(r: Redis, job_id: str, offset: int = 0, limit: int = 100,
+               store_url: str | None = None) -> list[dict[str, Any]]:
+    store = _store_of(r, job_id, store_url)
+    try:
+        rows = ({"url": u, "status": s, "linked_from": refs} for u, s, refs in store.dead_links(job_id))
+        return _paged(rows, offset, limit)
+    finally:
+        store.close()
+
+
+def pages(r: Redis, job_id: str, offset: int = 0, limit: int = 100,
+          store_url: str | None = None) -> list[dict[str, Any]]:
+    store = _store_of(r, job_id, store_url)
+    try:
+        return _paged(store.pages(job_id), offset, limit)
+    finally:
+        store.close()
+
+
+def items(r: Redis, job_id: str, offset: int = 0, limit: int = 100,
+          store_url: str | None = None) -> list[dict[str, Any]]:
+    store = _store_of(r, job_id, store_url)
+    try:
+        return _paged(store.items(job_id), offset, limit)
+    finally:
+        store.close()
+
+
+def logs(r: Redis, job_id: str, after: str = "", level: str = "INFO", limit: int = 100) -> list[dict[str, Any]]:
+    """The job's central log at ``level`` and above: the newest ``limit`` entries, or with
+    ``after`` (an entry id) those that came after it."""
+    _exists(r, job_id)
+    if not 1 <= limit <= 1000:
+        raise ConfigError("limit must be between 1 and 1000")
+    if after:
+        return joblog.read(r, job_id, after=after, level=level, limit=limit)
+    return joblog.tail(r, job_id, level=level, limit=limit)
+
+
+# -- metrics ---------------------------------------------------------------------------------
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def metrics(r: Redis, max_jobs: int = 50) -> str:
+    """The Prometheus text exposition of every running job and the newest others (``max_jobs``
+    in all), and every node."""
+    lines = [
+        "# HELP crawler_job_pages_total Pages stored by the job.", "# TYPE crawler_job_pages_total counter",
+    ]
+    per_job: list[tuple[str, dict[str, Any]]] = []
+    active = set(jobs.active(r))
+    for job_id in sorted(active) + [j for j in jobs.known(r) if j not in active][:max(0, max_jobs - len(active))]:
+        try:
+            per_job.append((job_id, jobs.status(r, job_id)))
+        except JobNotFound:
+            continue
+    for job_id, st in per_job:
+        lines.append(f'crawler_job_pages_total{{job="{_label(job_id)}"}} {st["counters"].get("stored", 0)}')
+    lines += ["# HELP crawler_job_errors_total Fetches that ended in an error, by reason.",
+              "# TYPE crawler_job_errors_total counter"]
+    for job_id, st in per_job:
+        for k, v in st["counters"].items():
+            if k.startswith("error:"):
+                lines.append(f'crawler_job_errors_total{{job="{_label(job_id)}",reason="{_label(k[6:])}"}} {v}')
+    gauges = (("crawler_job_queued", "URLs admitted and not yet stored (queued or in flight).", "open"),
+              ("crawler_job_inflight", "Requests under way.", "inflight"),
+              ("crawler_job_held", "Pages fetched and waiting for parse and store.", "held"))
+    for name, help_text, counter in gauges:
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+        for job_id, st in per_job:
+            lines.append(f'{name}{{job="{_label(job_id)}"}} {st["counters"].get(counter, 0)}')
+    lines += ["# HELP crawler_job_running Whether the job is running (1) or not (0).",
+              "# TYPE crawler_job_running gauge"]
+    for job_id, st in per_job:
+        lines.append(f'crawler_job_running{{job="{_label(job_id)}",status="{_label(st["status"])}"}} '
+                     f'{int(st["status"] == jobs.RUNNING)}')
+    lines += ["# HELP crawler_job_counter Every other counter of the job.", "# TYPE crawler_job_counter gauge"]
+    for job_id, st in per_job:
+        for k, v in st["counters"].items():
+            if not k.startswith("error:") and k not in ("stored", "open", "inflight", "held"):
+                lines.append(f'crawler_job_counter{{job="{_label(job_id)}",name="{_label(k)}"}} {v}')
+    lines += ["# HELP crawler_node_pages_total Pages a worker node fetched.", "# TYPE crawler_node_pages_total counter",
+              "# HELP crawler_node_up Whether the node's heartbeats arrive (1) or not (0).",
+              "# TYPE crawler_node_up gauge"]
+    for n in nodes.nodes(r):
+        name = _label(str(n["node"]))
+        lines.append(f'crawler_node_pages_total{{node="{name}"}} {int(n.get("fetched") or 0)}')
+        lines.append(f'crawler_node_up{{node="{name}"}} {int(n.get("state") == "alive")}')
+    return "\n".join(lines) + "\n"
