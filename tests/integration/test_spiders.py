@@ -16,7 +16,7 @@ from typing import Any
 
 import redis
 
-from crawler import jobs
+from crawler import control, jobs
 from crawler.settings import Settings
 from crawler.store import open_store
 from crawler.testweb import TestWeb
@@ -110,6 +110,10 @@ def test_a_failing_hook_costs_only_its_pages_items(make_web: Callable[..., TestW
     logs = "".join(p.read_text(errors="replace") for p in (out / "logs").glob("worker-*.log"))
     assert logs.count("spider FlakySpider: parse raised") == len(failing)
     assert "RuntimeError: cannot read SKU-" in logs  # the traceback is in the worker log
+    # ... and each failure, in one line, in the job's central log.
+    central = [e["message"] for e in control.logs(r, job, level="ERROR", limit=1000)]
+    hits = [m for m in central if "FlakySpider: parse raised" in m and "RuntimeError: cannot read SKU-" in m]
+    assert len(hits) == len(failing)
 
 
 def _spider_file(path: Path, version: str) -> Path:
