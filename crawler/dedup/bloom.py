@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 MAX_SEGMENT_BYTES = (1 << 20) - 16  # one 1 MiB allocation with the string header
 _SDS_OVERHEAD = 10  # Redis string header and terminator
+_KEY_OVERHEAD = 80  # a key's name, object and hash-table entry, roughly, per segment
 GROWTH = 2
 TIGHTENING = 0.5
 MEMO_TTL = 3600
@@ -74,11 +75,27 @@ class Layer:
             raise ValueError(f"a Bloom filter needs capacity >= 1 and 0 < p < 1, got {capacity}, {p}")
         m = math.ceil(-capacity * math.log(p) / math.log(2) ** 2)
         k = max(1, round(m / capacity * math.log(2)))
-        segments = math.ceil(m / 8 / max_segment_bytes)
-        want = math.ceil(m / 8 / segments)
-        # Round each segment up to fill its allocation: the spare bytes would be allocated anyway.
-        seg_bytes = min(max_segment_bytes, max(want, _size_class(want + _SDS_OVERHEAD) - _SDS_OVERHEAD))
+        segments, seg_bytes = _segmenting(math.ceil(m / 8), max_segment_bytes)
         return cls(index, capacity, p, k, segments, seg_bytes * 8)
+
+
+def _segmenting(need: int, max_segment_bytes: int) -> tuple[int, int]:
+    """(segments, bytes each) holding ``need`` bytes with the least memory allocated. The
+    allocator rounds each string up to a size class (four per power of two), which can waste up
+    to a fifth of one big segment: a few more, smaller segments usually land near a class
+    boundary. Each segment is then grown to fill its class, since those bytes are allocated anyway."""
+    fewest = max(1, math.ceil(need / max_segment_bytes))
+    best: tuple[int, int, int] | None = None  # (allocated, segments, bytes each)
+    for segments in range(fewest, fewest * 64 + 1):
+        want = math.ceil(need / segments)
+        seg_bytes = min(max_segment_bytes, max(want, _size_class(want + _SDS_OVERHEAD) - _SDS_OVERHEAD))
+        allocated = segments * (_size_class(seg_bytes + _SDS_OVERHEAD) + _KEY_OVERHEAD)
+        if best is None or allocated < best[0]:
+            best = (allocated, segments, seg_bytes)
+        if allocated <= need * 1.025:
+            break  # close enough to the bits themselves: fewer keys beat a last fraction of a percent
+    assert best is not None
+    return best[1], best[2]
 
 
 # KEYS: segment, meta, memo ('' when not memoised). ARGV: layer, k, segment_bits, capacity, then

@@ -82,6 +82,19 @@ def test_reset_forgets_and_memory_is_bits(r: redis.Redis) -> None:
     assert BloomSeen(r, "reset").add_many(["http://r.com/"]) == ["http://r.com/"]
 
 
+@pytest.mark.parametrize(("n", "p"), [(20_000, 1e-3), (50_000, 1e-3), (200_000, 1e-4), (700_000, 1e-5),
+                                     (1_000_000, 1e-6), (3_000_000, 1e-6)])
+def test_memory_is_within_five_percent_of_the_bits_at_every_size(r: redis.Redis, n: int, p: float) -> None:
+    bloom = BloomSeen(r, f"mem{n}-{p}", capacity=n, p=p)
+    bloom.add_many(["http://m.com/"])  # the first layer is made at full size
+    bits = -n * math.log(p) / math.log(2) ** 2
+    ratio = bloom.memory() / (bits / 8)
+    print(f"n={n} p={p}: {bloom.layers()[0].segments} segments, {ratio:.4f} x m/8")
+    assert ratio <= 1.05
+    assert bloom.layers()[0].expected_fp <= p  # the bits the allocation adds only lower the rate
+    bloom.reset()
+
+
 def _adder(url: str, start: float, q: multiprocessing.Queue) -> None:
     client = redis.Redis.from_url(url)
     bloom = BloomSeen(client, "race", capacity=2_000, p=1e-5, max_segment_bytes=1024)
