@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -149,7 +150,14 @@ class ProgressLine:
             sys.stderr.write("\n")
 
 
+# One machine needs no shards to spread work: every worker of an embedded crawl consumes every
+# queue, and each shard more only multiplies the dedup tasks each parse sends (one per shard).
+EMBEDDED_SHARDS = "1"
+
+
 def cmd_crawl(args: argparse.Namespace) -> int:
+    if args.shards is None and "CRAWLER_SHARDS" not in os.environ:
+        args.shards = EMBEDDED_SHARDS
     settings = _settings(args, workers=args.workers, store=None)
     progress = ProgressLine(settings.progress_interval) if not args.quiet else None
     outcome = crawl(settings, args.seeds, args.out, progress)

@@ -45,6 +45,21 @@ class Dispatched:
                 for k in range(0, len(self.items), self.batch)]
 
 
+def merged_batches(token: str, batch: int,
+                   parts: Sequence[tuple[int, Dispatched]]) -> list[tuple[int, str, list[Entry]]]:
+    """(shard, lease token, entries) per fetch task, for dispatches of several shards made under
+    one ``token`` with continuing offsets: the k-th URL leased in all is in batch ``k // batch``,
+    as the leases say. A task goes to the queue of the shard its first URL came from; what its
+    other URLs' shards were stays in their leases, which is all the frontier needs."""
+    flat = [(shard, e) for shard, d in parts for e, _ in d.items]
+    size = batch or len(flat) or 1
+    out = []
+    for k in range(0, len(flat), size):
+        chunk = flat[k:k + size]
+        out.append((chunk[0][0], f"{token}.{k // size}" if batch else token, [e for _, e in chunk]))
+    return out
+
+
 @dataclass(frozen=True)
 class Fetched:
     """One finished request, as the frontier needs it."""
@@ -179,14 +194,16 @@ class Frontier:
 
     def dispatch(self, job: str, shard: int, *, max_urls: int, per_host: int, delay: float,
                  lease_timeout: float, concurrency: int, per_ip: int = 0, now: float | None = None,
-                 batch: int = 0, min_free: int = 0) -> Dispatched:
+                 batch: int = 0, min_free: int = 0, token: str | None = None, offset: int = 0) -> Dispatched:
         """Lease the URLs of due hosts within the host, address and job budgets; ``batch``: URLs
         per fetch task (see ``Dispatched.batches``); ``min_free``: while requests are in flight,
-        lease nothing until this many slots are free."""
+        lease nothing until this many slots are free. ``token`` and ``offset``: lease under a token
+        an earlier call (for another shard) used, numbering batches on from its ``offset`` URLs,
+        so one dispatcher's shards fill fetch tasks together (see ``merged_batches``)."""
         now = time.time() if now is None else now
-        token = new_token()
+        token = token or new_token()
         flat, nxt, slots = self._call(self._dispatch, job, shard, now, max_urls, per_host, delay,
-                                      now + lease_timeout, token, concurrency, per_ip, batch, min_free)
+                                      now + lease_timeout, token, concurrency, per_ip, batch, min_free, offset)
         items = [(Entry.decode(flat[i]), flat[i + 1].decode()) for i in range(0, len(flat), 2)]
         due = float(nxt) if nxt else None
         return Dispatched(token, items, due if due is not None and due < lua.PARKED else None, int(slots) == 0,
@@ -235,6 +252,16 @@ class Frontier:
         back, gone = self._call(self._reap, job, now or time.time(), delay, limit, max_attempts, token)
         abandoned = [(Entry.decode(gone[i]), int(gone[i + 1])) for i in range(0, len(gone), 2)]
         return Reaped(int(back), token, abandoned)
+
+    def readiness(self, job: str, shard: int, now: float) -> tuple[int, int, int]:
+        """(hosts of the shard due now, hosts it has that are not parked, requests in flight or
+        held): what the dispatcher weighs before leasing a small batch."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zcount(keys.ready(job, shard), "-inf", now)
+        pipe.zcount(keys.ready(job, shard), "-inf", f"({lua.PARKED:.0f}")
+        pipe.hmget(keys.counters(job), "inflight", "held")
+        due, live, (inflight, held) = pipe.execute()
+        return int(due), int(live), int(inflight or 0) + int(held or 0)
 
     def promote(self, job: str, *, now: float | None = None, limit: int = 1000) -> float | None:
         """Move retries whose backoff is over back to their host queues; return when the next

@@ -8,6 +8,7 @@ each dispatch is one atomic script.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import uuid
@@ -18,7 +19,7 @@ import redis
 
 from crawler import jobcache, joblog, keys
 from crawler.frontier import liveshards, takeover
-from crawler.frontier.core import Frontier
+from crawler.frontier.core import Dispatched, Frontier, merged_batches, new_token
 from crawler.frontier.liveshards import LiveSet
 from crawler.frontier.rebalance import rebalance_if_changed
 from crawler.redisconn import block_timeout
@@ -35,6 +36,7 @@ IDLE_WAIT = 1.0  # longest sleep while jobs run: bounds how late an expired leas
 IDLE_SLEEP = 5.0  # sleep with no job running; admissions wake it at once, this bounds a lost wake
 BUSY_WAIT = 0.05  # poll interval while a job's concurrency is spent
 LINGER = 0.005  # after a wake, let more completions arrive so batches fill
+BATCH_WINDOW = float(os.environ.get("CRAWLER_BATCH_WINDOW", "0.03"))  # see Dispatcher._hold_for_batch
 REAP_EVERY = 1.0
 
 
@@ -59,6 +61,7 @@ class Dispatcher:
         # A list of this dispatcher's own, so stop() ends its blocking wait at once.
         self._own_wake = keys.wake_one(uuid.uuid4().hex[:12])
         self._last_reap: dict[str, float] = {}
+        self._last_dispatch: dict[str, float] = {}
         self._last_check = 0.0
         self.live = LiveSet()
 
@@ -93,6 +96,7 @@ class Dispatcher:
             # Finished jobs' entries go, or a worker serving job after job keeps them all.
             keep = set(active)
             self._last_reap = {j: t for j, t in self._last_reap.items() if j in keep}
+            self._last_dispatch = {j: t for j, t in self._last_dispatch.items() if j in keep}
         for job_id in active:
             try:
                 job = jobcache.load(self.redis, job_id)
@@ -111,20 +115,51 @@ class Dispatcher:
             due = self.frontier.promote(job_id, now=now)
             if due is not None:
                 wake_at = min(wake_at, due)
-            for shard in self.shards:
-                if shard >= s.shards:
-                    continue
+            mine = [shard for shard in self.shards if shard < s.shards]
+            want = min_free(s.concurrency, s.fetch_batch)
+            hold = self._hold_for_batch(job_id, mine, s.per_host, s.delay, s.autothrottle, want, now)
+            if hold is not None:
+                wake_at = min(wake_at, hold)
+                continue
+            # One token for all of this dispatcher's shards: their URLs fill fetch tasks together.
+            token = new_token()
+            parts: list[tuple[int, Dispatched]] = []
+            for shard in mine:
                 d = self.frontier.dispatch(job_id, shard, max_urls=s.concurrency, per_host=s.per_host,
                                            delay=s.delay, lease_timeout=s.lease_timeout,
                                            concurrency=s.concurrency, per_ip=s.per_ip, now=now,
-                                           batch=s.fetch_batch, min_free=min_free(s.concurrency, s.fetch_batch))
-                for token, entries in d.batches():
-                    self.send_fetch(job_id, shard, token, [e.encode() for e in entries])
+                                           batch=s.fetch_batch, min_free=want, token=token,
+                                           offset=sum(len(done.items) for _, done in parts))
+                parts.append((shard, d))
                 if d.saturated:
                     wake_at = min(wake_at, now + BUSY_WAIT)
                 elif d.next_due is not None:
                     wake_at = min(wake_at, d.next_due)
+            for shard, lease_token, entries in merged_batches(token, s.fetch_batch, parts):
+                self.send_fetch(job_id, shard, lease_token, [e.encode() for e in entries])
+            if any(d.items for _, d in parts):
+                self._last_dispatch[job_id] = now
         return max(0.0, wake_at - time.time())
+
+    def _hold_for_batch(self, job_id: str, shards: Sequence[int], per_host: int, delay: float, adaptive: bool,
+                        want: int, now: float) -> float | None:
+        """When to dispatch the job's shards instead of now, or None to dispatch now. Under
+        per-host delays each due host gives one URL, and hosts come due one by one as their
+        delays pass: leasing whatever is due at each wake makes fetch tasks of one or two URLs,
+        each paying a whole task's overhead (a fetch, a parse, a store and a dedup task per
+        shard). So while requests are in flight, a job leased less than ``BATCH_WINDOW`` ago
+        waits for the window to end unless a full batch is due already, or every host is."""
+        last = self._last_dispatch.get(job_id)
+        if last is None or now - last >= BATCH_WINDOW or not shards:
+            return None
+        due = live = busy = 0
+        for shard in shards:
+            d, lv, busy = self.frontier.readiness(job_id, shard, now)
+            due, live = due + d, live + lv
+        per_due_host = 1 if delay > 0 or adaptive else max(1, per_host)
+        if busy == 0 or due * per_due_host >= want or (due and due >= live):
+            return None
+        return last + BATCH_WINDOW
 
     def _reap(self, job_id: str, delay: float, max_attempts: int, now: float) -> None:
         reaped = self.frontier.reap(job_id, delay=delay, max_attempts=max_attempts, now=now)

@@ -259,7 +259,7 @@ return new
 """
 
 # ARGV: prefix, job, shard, now, max_urls, per_host, delay, lease_deadline, token, concurrency,
-# per_ip, batch, min_free. Requests in flight and pages held for parse and store both count against
+# per_ip, batch, min_free, offset. Requests in flight and pages held for parse and store both count against
 # ``concurrency``. With batch > 0 the k-th URL leased is leased under
 # ``token.(k // batch)``: each fetch task gets a token of its own. While requests are in flight,
 # nothing goes until at least min_free slots are free: a finished task frees its slots at once,
@@ -272,7 +272,9 @@ local max_urls, per_host, delay = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber
 local deadline, token, concurrency = ARGV[8], ARGV[9], tonumber(ARGV[10])
 local per_ip, batch, min_free = tonumber(ARGV[11]), tonumber(ARGV[12] or '0'), tonumber(ARGV[13] or '0')
 local rkey = P .. 'ready:' .. shard
-local leased = 0
+-- ARGV[14]: URLs already leased under this token by earlier calls (other shards of the same
+-- dispatcher tick), so batch numbers continue across them.
+local leased = tonumber(ARGV[14] or '0')
 local out = {}
 local slots = -1
 if redis.call('HGET', KMETA, 'status') == 'running' then
