@@ -8,7 +8,6 @@ each dispatch is one atomic script.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 import uuid
@@ -36,7 +35,7 @@ IDLE_WAIT = 1.0  # longest sleep while jobs run: bounds how late an expired leas
 IDLE_SLEEP = 5.0  # sleep with no job running; admissions wake it at once, this bounds a lost wake
 BUSY_WAIT = 0.05  # poll interval while a job's concurrency is spent
 LINGER = 0.005  # after a wake, let more completions arrive so batches fill
-BATCH_WINDOW = float(os.environ.get("CRAWLER_BATCH_WINDOW", "0.03"))  # see Dispatcher._hold_for_batch
+BATCH_WINDOW = 0.03  # seconds; see Dispatcher._hold_for_batch
 REAP_EVERY = 1.0
 
 
