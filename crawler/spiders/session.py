@@ -124,13 +124,15 @@ class Session:
 
     def _request(self, method: str, url: str, headers: Mapping[str, str] | None, body: bytes = b"") -> Page:
         self.requests += 1
+        # Messages name the URL without its query: a form sent by GET carries its fields there.
+        shown = url.split("?", 1)[0]
         reason = self._run(self._check(url))
         if reason:
-            raise LoginFailed(f"{method} {url}: refused ({reason})", reason)
+            raise LoginFailed(f"{method} {shown}: refused ({reason})", reason)
         r = self._run(self._requester.request(method, url, self._config, self._allowed,
                                               tuple((headers or {}).items()), self._hops, body))
         if r.status is None:
-            raise LoginFailed(f"{method} {url}: {r.error}", r.error or "error")
+            raise LoginFailed(f"{method} {shown}: {r.error}", r.error or "error")
         return Page(url, final_url=r.final_url, status=r.status, headers=r.headers, body=r.body, error=r.error)
 
 

@@ -175,6 +175,8 @@ def _ensure_login(ctx: Context, job: Job, spider: Spider, state: SessionState, f
         if time.monotonic() > deadline:
             counts["login_wait_timeout"] += 1
             return
+        if not counts["login_waits"]:
+            counts["login_waits"] += 1  # tasks that waited for another worker's login
         time.sleep(POLL)
 
 

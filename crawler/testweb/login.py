@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import secrets
 import threading
+import time
 from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, urlsplit
@@ -28,8 +29,10 @@ _OWNERS = ("ada", "grace", "edsger", "barbara", "donald", "frances", "ken", "rad
 class LoginSite:
     """``records`` member pages behind a form login for ``user``/``password``."""
 
-    def __init__(self, user: str = "reader", password: str = "", records: int = 24, seed: int = 5) -> None:
+    def __init__(self, user: str = "reader", password: str = "", records: int = 24, seed: int = 5,
+                 login_delay: float = 0.0) -> None:
         self.user = user
+        self.login_delay = login_delay  # seconds a login POST takes: others have to wait for it
         self.password = password or "pw-" + secrets.token_hex(12)
         rng = random.Random(seed)
         self.rows: list[dict[str, Any]] = [
@@ -39,6 +42,7 @@ class LoginSite:
         self.failed_logins = 0
         self.protected_served = 0  # member pages answered with their content
         self._sessions: set[str] = set()
+        self.issued: list[str] = []  # every session id handed out, for tests to look for
         self._tokens: set[str] = set()
         self._lock = threading.Lock()
 
@@ -82,6 +86,8 @@ class LoginSite:
     def _post(self, h: BaseHTTPRequestHandler) -> None:
         raw = h.rfile.read(int(h.headers.get("Content-Length") or 0)).decode("utf-8", "replace")
         form = dict(parse_qsl(raw, keep_blank_values=True))
+        if self.login_delay:
+            time.sleep(self.login_delay)
         with self._lock:
             token_ok = form.get("csrf", "") in self._tokens
             self._tokens.discard(form.get("csrf", ""))
@@ -92,6 +98,7 @@ class LoginSite:
                 self.logins += 1
                 sid = secrets.token_hex(16)
                 self._sessions.add(sid)
+                self.issued.append(sid)
         if not ok:
             _send(h, 200, _page("Sign in", "<p class=error>wrong user name, password or form token</p>"
                                            '<form id=login action="/login" method="post"></form>'))
