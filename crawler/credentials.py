@@ -64,22 +64,28 @@ def parse_header(spec: str) -> tuple[str, str]:
 
 
 class Secrets:
-    """A worker's secrets: its environment first, then its secrets file (read on each lookup,
-    so an operator may rotate a value without restarting workers)."""
+    """A worker's secrets: its environment first, then its secrets file (read again by every
+    fetch task, so an operator may rotate a value without restarting workers)."""
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self.env = os.environ if env is None else env
+        # Asked once per hop; an instance lives for one task, so a rotated value is read soon.
+        self._known: dict[str, str] = {}
 
     def get(self, name: str) -> str:
+        if name in self._known:
+            return self._known[name]
         if not _NAME.fullmatch(name):
             raise MissingSecret(f"{name[:70]!r} is not a secret name (letters, digits, _)")
         value = self.env.get(ENV_PREFIX + name)
         if value is not None:
+            self._known[name] = value
             return value
         path = self.env.get(FILE_VAR, "")
         if path:
             found = _from_file(Path(path), name)
             if found is not None:
+                self._known[name] = found
                 return found
         where = f"{ENV_PREFIX}{name} or {path}" if path else f"{ENV_PREFIX}{name} (or a {FILE_VAR} line)"
         raise MissingSecret(f"secret {name} is not set on this worker: set {where}")

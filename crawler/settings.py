@@ -94,7 +94,7 @@ class Settings:
     session_headers: list[str] = _s([], "Default request headers of the job's session, 'Name: value' (not secret: they travel with the job; Authorization and Cookie are refused)", job=True)
     cookies: bool = _s(False, "Keep the job's cookies (a bounded jar in Redis shared by its workers, never by other jobs); on by itself for a spider that logs in", job=True)
     max_logins: int = _s(10, "Login attempts per job at most (the first and every re-login after the session ended); past it pages are stored as fetched, counted `session_ended_stored`", job=True)
-    login_wait: float = _s(60.0, "Seconds one worker may spend logging in; the others wait for it that long at most", job=True)
+    login_wait: float = _s(60.0, "Seconds one worker may spend logging in (its lock lapses then); the others wait for it that long at most, and never past half of lease_timeout", job=True)
     secrets_file: str = _s("", "Worker: a file of NAME=value lines (mode 600) holding the secrets jobs name, after CRAWLER_SECRET_<NAME> variables")
     max_items_per_page: int = _s(1000, "Items stored from one page at most; more are counted `items_capped`", job=True)
     max_item_bytes: int = _s(1_000_000, "Bytes of one page's items (as JSON) at most; the items past it are counted `items_capped`", job=True)

@@ -149,7 +149,9 @@ def _usable_auth(job: Job, secrets: Secrets, counts: Counter[str]) -> list[AuthR
 def _ensure_login(ctx: Context, job: Job, spider: Spider, state: SessionState, fetcher: Fetcher,
                   config: FetchConfig, run: Run, secrets: Secrets, counts: Counter[str]) -> None:
     s = job.settings
-    deadline = time.monotonic() + s.login_wait
+    # Not past half the lease: this task's URLs must not be handed to another fetch meanwhile.
+    # Pages fetched without a session after the wait come back as ended and are fetched again.
+    deadline = time.monotonic() + min(s.login_wait, s.lease_timeout / 2)
     while True:
         status = state.status()
         if status.live or status.attempts >= s.max_logins:

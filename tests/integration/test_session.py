@@ -264,3 +264,30 @@ def _redis_dump(r: redis.Redis) -> str:
             value = kind
         out.append(f"{key!r} {value!r}")
     return "\n".join(out)
+
+
+def test_a_cookie_job_keeps_its_own_cookies_and_no_other_job_sees_them(make_web: Callable[..., TestWeb],
+                                                                       r: redis.Redis, tmp_path: Path) -> None:
+    web = make_web(1, 1)
+    sent: list[tuple[str, str]] = []  # (path, Cookie)
+
+    def noting(inner: hw.Handler) -> hw.Handler:
+        def handler(h: BaseHTTPRequestHandler) -> None:
+            sent.append((h.path, h.headers.get("Cookie", "")))
+            inner(h)
+        return handler
+
+    # /set sets a cookie and links to /next; a crawl with cookies sends it back there.
+    web.route(0, "/set", noting(hw.body(hw.html("set", ["/next"]), headers={"Set-Cookie": "pref=dark; Path=/"})))
+    web.route(0, "/next", noting(hw.body(hw.html("next"))))
+    ctx = stages.Context.default(r)
+    ids = []
+    for cookies in (True, False, True):
+        settings = Settings.from_env(store=f"sqlite:///{tmp_path}/c.db", shards=1, obey_robots=False,
+                                     autothrottle=False, cookies=cookies)
+        ids.append(jobs.submit(r, settings, [web.url(0, "/set")]))
+        sent.clear()
+        _fetch_all(ctx, ids[-1], r)
+        # Each job starts without cookies: none from the job before it on this worker.
+        assert sent == [("/set", ""), ("/next", "pref=dark" if cookies else "")], sent
+    assert [len(SessionState(r, j).jar()[1]) for j in ids] == [1, 0, 1]
