@@ -91,7 +91,7 @@ class Settings:
     spider_version: str = _s("", "Set by submit: the spider's version; a worker with another version refuses the job", job=True)
     spider_args: list[str] = _s([], "key=value arguments for the spider's constructor (Scrapy's -a); they travel in Redis, so never a secret", job=True)
     auth: list[str] = _s([], "Credentials per host, by secret name, never value: HOST=basic:NAME (the secret holds user:password) or HOST=bearer:NAME; each worker reads NAME from CRAWLER_SECRET_<NAME> or its secrets_file, and sends it to that host only", job=True)
-    session_headers: list[str] = _s([], "Default request headers of the job's session, 'Name: value' (not secret: they travel with the job; Authorization and Cookie are refused)", job=True)
+    session_headers: list[str] = _s([], "Default request headers of the job's session, 'Name: value' (not secret: they travel with the job; Authorization and Cookie are refused). In the environment comma-separated (use the flag for a value with a comma)", job=True)
     cookies: bool = _s(False, "Keep the job's cookies (a bounded jar in Redis shared by its workers, never by other jobs); on by itself for a spider that logs in", job=True)
     max_logins: int = _s(10, "Login attempts per job at most (the first and every re-login after the session ended); past it pages are stored as fetched, counted `session_ended_stored`", job=True)
     login_wait: float = _s(60.0, "Seconds one worker may spend logging in (its lock lapses then); the others wait for it that long at most, and never past half of lease_timeout", job=True)
