@@ -79,6 +79,13 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
                    help="site code to run: package.module:Class, path/to/file.py:Class, or an installed spider's name")
     p.add_argument("--spider-arg", action="append", dest="spider_args", metavar="KEY=VALUE",
                    help="an argument for the spider (repeatable); stored with the job, so never a secret")
+    p.add_argument("--auth", action="append", metavar="HOST=basic:NAME",
+                   help="credentials for HOST from the workers' secret NAME (CRAWLER_SECRET_NAME or the secrets "
+                        "file; basic: user:password, or bearer:NAME for a token); the job holds the name only")
+    p.add_argument("--header", action="append", dest="session_headers", metavar="'NAME: VALUE'",
+                   help="a default request header (repeatable; not for secrets: it travels with the job)")
+    p.add_argument("--cookies", action="store_true", default=None,
+                   help="keep the job's cookies, shared by its workers (on by itself for a spider that logs in)")
     p.add_argument("--redis-url", help="Redis to use (default: $CRAWLER_REDIS_URL, or a private one for crawl)")
 
 
@@ -88,7 +95,8 @@ _TEXT_FLAGS = ("max_pages", "max_depth", "delay", "per_host", "concurrency", "sh
 def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
     names = ("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards", "allow_domains",
              "user_agent", "redis_url", "allow_networks", "resolve", "sitemaps", "obey_robots", "extract",
-             "allow_urls", "deny_urls", "follow_nofollow", "spider", "spider_args")
+             "allow_urls", "deny_urls", "follow_nofollow", "spider", "spider_args", "auth", "session_headers",
+             "cookies")
     given = {**{n: getattr(args, n, None) for n in names}, **extra}
     for name in _TEXT_FLAGS:
         if isinstance(given.get(name), str):

@@ -221,6 +221,23 @@ def simhash_seq(job: str) -> str:
     return prefix(job) + "shseq"
 
 
+# -- sessions (crawler.spiders.sessionstate) --
+
+def session(job: str) -> str:
+    """The job's session: its generation, whether it is live, login attempts so far."""
+    return prefix(job) + "sess"
+
+
+def session_cookies(job: str) -> str:
+    """The session's cookies: cookie key -> the cookie (``crawler.fetch.jar.Cookie``)."""
+    return prefix(job) + "jar"
+
+
+def session_lock(job: str) -> str:
+    """Held by the one worker logging the job in."""
+    return prefix(job) + "login"
+
+
 # -- fetch --
 
 def robots(origin: str, scope: str) -> str:

@@ -69,3 +69,24 @@ def redact_settings_json(raw: str) -> str:
     except ValueError:
         return redact(raw)
     return json.dumps(redact_settings(values)) if isinstance(values, dict) else redact(raw)
+
+
+# Request headers that carry credentials or a session, and the response header that sets one.
+SECRET_REQUEST_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
+
+
+def redact_request_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Request headers as they may be kept (messages, WARC, exports): credentials and cookies
+    masked, their names kept so a reader sees that they were sent."""
+    return [(k, MASK) if k.lower() in SECRET_REQUEST_HEADERS else (k, v) for k, v in headers]
+
+
+def redact_response_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Response headers with each ``Set-Cookie`` value masked (name and attributes kept)."""
+    out = []
+    for k, v in headers:
+        if k.lower() == "set-cookie":
+            pair, sep, attrs = v.partition(";")
+            v = f"{pair.partition('=')[0]}={MASK}{sep}{attrs}"
+        out.append((k, v))
+    return out

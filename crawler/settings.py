@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from crawler.credentials import parse_auth, parse_header
 from crawler.errors import ConfigError, shown
 from crawler.scope import url_patterns
 
@@ -89,6 +90,12 @@ class Settings:
     spider: str = _s("", "The job's spider: package.module:Class, path/to/file.py:Class, or the name of an installed one (entry-point group crawler.spiders); empty: none", job=True)
     spider_version: str = _s("", "Set by submit: the spider's version; a worker with another version refuses the job", job=True)
     spider_args: list[str] = _s([], "key=value arguments for the spider's constructor (Scrapy's -a); they travel in Redis, so never a secret", job=True)
+    auth: list[str] = _s([], "Credentials per host, by secret name, never value: HOST=basic:NAME (the secret holds user:password) or HOST=bearer:NAME; each worker reads NAME from CRAWLER_SECRET_<NAME> or its secrets_file, and sends it to that host only", job=True)
+    session_headers: list[str] = _s([], "Default request headers of the job's session, 'Name: value' (not secret: they travel with the job; Authorization and Cookie are refused). In the environment comma-separated (use the flag for a value with a comma)", job=True)
+    cookies: bool = _s(False, "Keep the job's cookies (a bounded jar in Redis shared by its workers, never by other jobs); on by itself for a spider that logs in", job=True)
+    max_logins: int = _s(10, "Login attempts per job at most (the first and every re-login after the session ended); past it pages are stored as fetched, counted `session_ended_stored`", job=True)
+    login_wait: float = _s(60.0, "Seconds one worker may spend logging in (its lock lapses then); the others wait for it that long at most, and never past half of lease_timeout", job=True)
+    secrets_file: str = _s("", "Worker: a file of NAME=value lines (mode 600) holding the secrets jobs name, after CRAWLER_SECRET_<NAME> variables")
     max_items_per_page: int = _s(1000, "Items stored from one page at most; more are counted `items_capped`", job=True)
     max_item_bytes: int = _s(1_000_000, "Bytes of one page's items (as JSON) at most; the items past it are counted `items_capped`", job=True)
     user_agent: str = _s("crawler/0.1 (+https://example.invalid/bot)", "User-Agent header sent with every request", job=True)
@@ -148,6 +155,13 @@ class Settings:
             raise SettingError(f"setting allow_networks: {exc}") from None
         for item in self.resolve:
             _check_resolve(item)
+        try:
+            for item in self.auth:
+                parse_auth(item)
+            for item in self.session_headers:
+                parse_header(item)
+        except ConfigError as exc:
+            raise SettingError(f"setting {'auth' if item in self.auth else 'session_headers'}: {exc}") from None
         try:
             url_patterns(self.allow_urls, self.deny_urls)
         except ConfigError as exc:
@@ -221,11 +235,12 @@ _RANGES: dict[str, tuple[float, bool, float | None]] = {
     "shards": (1, True, 1024),
     **dict.fromkeys(("per_host", "concurrency", "fetch_batch", "max_attempts", "bloom_capacity", "max_url_length",
                      "visibility_timeout", "task_time_limit", "warc_max_size", "workers", "sitemap_max_urls",
-                     "max_body", "max_redeliveries", "max_items_per_page", "max_item_bytes",
+                     "max_body", "max_redeliveries", "max_items_per_page", "max_item_bytes", "max_logins",
                      *CACHE_LIMITS),
                     (1, True, None)),
     **dict.fromkeys(("connect_timeout", "read_timeout", "request_deadline", "lease_timeout", "revisit_max",
-                     "cycle_check", "beat_lock_ttl", "progress_interval", "store_retry_for"), (0, False, None)),
+                     "cycle_check", "beat_lock_ttl", "progress_interval", "store_retry_for", "login_wait"),
+                    (0, False, None)),
     "bloom_error_rate": (0, False, 0.5),
     "near_duplicate_distance": (0, True, 64),
     "revisit_grow": (1, True, None),
@@ -304,7 +319,7 @@ def _check_field(f: dataclasses.Field[Any], value: Any) -> None:
             raise _bad(name, "must be a list", value)
         for item in value:
             # Spider arguments are values a user types, spaces and all; other lists hold tokens.
-            unsafe = _CONTROL if name == "spider_args" else _ITEM_UNSAFE
+            unsafe = _CONTROL if name in ("spider_args", "session_headers") else _ITEM_UNSAFE
             if not isinstance(item, str) or not item or unsafe.search(item):
                 raise _bad(name, "items must be non-empty strings without spaces or control characters", item)
 

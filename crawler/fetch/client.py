@@ -32,6 +32,7 @@ from crawler.fetch.cookies import NoCookies
 from crawler.fetch.netguard import GuardedBackend, NetworkGuard, Resolver
 from crawler.lru import LRU
 from crawler.parse.html import is_html
+from crawler.redact import redact_request_headers, redact_response_headers
 from crawler.settings import parse_networks, process_limit
 from crawler.urls import canonicalize
 
@@ -96,11 +97,24 @@ class FetchResult:
 ExtraHeaders = Mapping[str, Sequence[tuple[str, str]]]
 
 
+class Hops(Protocol):
+    """A session's part in each hop of a request (redirects included): the headers that depend
+    on the hop's own URL (cookies, credentials for that host only), and what each response set.
+    Headers given here are never recorded in the clear (see ``crawler.redact``)."""
+
+    def headers(self, url: str) -> Sequence[tuple[str, str]]:
+        ...
+
+    def received(self, url: str, headers: Sequence[tuple[str, str]]) -> None:
+        ...
+
+
 class Fetcher(Protocol):
     async def fetch_many(self, urls: Sequence[str], config: FetchConfig, check: HopCheck | None = None,
-                         headers: ExtraHeaders | None = None) -> list[FetchResult]:
+                         headers: ExtraHeaders | None = None, hops: Hops | None = None) -> list[FetchResult]:
         """One result per URL, in order; failures are results with ``error`` set, never raised.
-        ``check`` vets every redirect target before it is followed."""
+        ``check`` vets every redirect target before it is followed; ``hops`` adds a session's
+        headers to every hop and sees every response."""
         ...
 
 
@@ -143,32 +157,46 @@ class HttpFetcher:
         self.client = client
 
     async def fetch_many(self, urls: Sequence[str], config: FetchConfig, check: HopCheck | None = None,
-                         headers: ExtraHeaders | None = None) -> list[FetchResult]:
+                         headers: ExtraHeaders | None = None, hops: Hops | None = None) -> list[FetchResult]:
         extra = headers or {}
-        return list(await asyncio.gather(*(self.fetch_one(u, config, check, extra.get(u, ())) for u in urls)))
+        return list(await asyncio.gather(*(self.fetch_one(u, config, check, extra.get(u, ()), hops) for u in urls)))
 
     async def fetch_one(self, url: str, config: FetchConfig, check: HopCheck | None = None,
-                        headers: Sequence[tuple[str, str]] = ()) -> FetchResult:
+                        headers: Sequence[tuple[str, str]] = (), hops: Hops | None = None) -> FetchResult:
+        return await self.request("GET", url, config, check, headers, hops)
+
+    async def request(self, method: str, url: str, config: FetchConfig, check: HopCheck | None = None,
+                      headers: Sequence[tuple[str, str]] = (), hops: Hops | None = None,
+                      body: bytes = b"") -> FetchResult:
+        """One request (a session's login POST, or a page's GET) through the guarded client,
+        redirects followed as browsers do: 301/302/303 turn a POST into a GET without body,
+        307/308 repeat it. Failures are results with ``error`` set, never raised."""
         result = FetchResult(url=url, final_url=url, fetched_at=time.time())
         start = time.monotonic()
         try:
             async with asyncio.timeout(config.deadline):
-                await self._follow(result, config, check, headers)
+                await self._follow(result, config, check, headers, hops, method, body)
         except Exception as exc:  # every failure becomes a named result, never a crashed batch
             result.error = map_exception(exc)
         result.elapsed = time.monotonic() - start
         return result
 
     async def _follow(self, result: FetchResult, config: FetchConfig, check: HopCheck | None,
-                      extra: Sequence[tuple[str, str]]) -> None:
+                      extra: Sequence[tuple[str, str]], hops: Hops | None = None, method: str = "GET",
+                      body: bytes = b"") -> None:
         timeout = httpx.Timeout(config.read_timeout, connect=config.connect_timeout)
         seen = {result.url}
         current = result.url
         for hop in range(config.max_redirects + 1):
-            headers = [("User-Agent", config.user_agent), *(extra if hop == 0 else ())]
-            request = self.client.build_request("GET", current, headers=headers, timeout=timeout)
+            headers = [("User-Agent", config.user_agent), *(extra if hop == 0 else ()),
+                       *(hops.headers(current) if hops is not None else ())]
+            request = self.client.build_request(method, current, headers=headers, timeout=timeout,
+                                                content=body or None)
             response = await self.client.send(request, stream=True)
             try:
+                if hops is not None:
+                    hops.received(current, [(k.decode("latin-1"), v.decode("latin-1"))
+                                            for k, v in response.headers.raw])
                 location = response.headers.get("location") if response.is_redirect else None
                 if location is not None:
                     nxt = canonicalize(urljoin(current, location.strip()))
@@ -177,6 +205,8 @@ class HttpFetcher:
                         raise errors.RedirectLoop(f"{current} -> {nxt}")
                     seen.add(nxt)
                     current = nxt
+                    if method == "POST" and response.status_code in (301, 302, 303):
+                        method, body = "GET", b""
                     result.final_url = current
                     reason = await check(nxt) if check else None
                     if reason:
@@ -187,10 +217,14 @@ class HttpFetcher:
                 result.status = response.status_code
                 result.http_version = response.http_version
                 result.ip = _peer_ip(response)
-                result.request_headers = [(k.decode(), v.decode()) for k, v in request.headers.raw]
+                # Credentials and cookies never leave the client in the clear: results end up
+                # in messages, WARC records and exports.
+                result.request_headers = redact_request_headers(
+                    [(k.decode(), v.decode()) for k, v in request.headers.raw])
                 # The body is stored decoded, so the encoding headers no longer describe it.
-                result.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers.raw
-                                  if k.lower() not in (b"content-encoding", b"transfer-encoding", b"content-length")]
+                result.headers = redact_response_headers(
+                    [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers.raw
+                     if k.lower() not in (b"content-encoding", b"transfer-encoding", b"content-length")])
                 if config.html_only and response.status_code == 200 and not is_html(result.content_type):
                     result.error = errors.NotHTML.reason
                     return

@@ -3,5 +3,6 @@
 
 from crawler.spiders.base import Follow, Spider
 from crawler.spiders.page import Headers, Page
+from crawler.spiders.session import LoginFailed, Session
 
-__all__ = ["Follow", "Headers", "Page", "Spider"]
+__all__ = ["Follow", "Headers", "LoginFailed", "Page", "Session", "Spider"]

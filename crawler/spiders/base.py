@@ -76,7 +76,9 @@ class Spider:
     def login(self, session: Session) -> None:
         """Log in, through ``session`` (its ``get``/``post``/``submit_form`` keep the cookies the
         site sets). Runs once per session on one worker while the others wait, and again when
-        ``session_ended`` says so. The base class does not log in."""
+        ``session_ended`` says so (at most ``max_logins`` times per job). Raise ``LoginFailed``
+        when the site refuses; secrets come from ``session.secret(NAME)``, never from spider
+        arguments. The base class does not log in."""
 
     def session_ended(self, page: Page) -> bool:
         """Did this page come back because the session is over? Default: a 401 or 403, or a

@@ -18,6 +18,7 @@ from crawler.politeness import blocked_result
 from crawler.retrypolicy import RetryPolicy
 from crawler.stages.context import Context
 from crawler.stages.dedup import dedup_stage
+from crawler.stages.session import REFETCH_AFTER, open_session
 from crawler.store import StoreUnavailable
 from crawler.urls import domain_of, host_key
 
@@ -58,7 +59,12 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     # Revisits are conditional: what the last visit stored goes back as validators.
     previous = _previous(ctx, job, go) if cycle > 1 and go else {}
     validators = ctx.politeness.validators(previous)
-    fetched = dict(zip(go, rt.run(fetcher.fetch_many(go, config, check, validators)), strict=True)) if go else {}
+    session = open_session(ctx, job, ctx.spider(job), fetcher, config, rt.run) if go else None
+    if session is not None:
+        for url, extra in session.first_hop_headers(go).items():
+            validators[url] = [*validators.get(url, []), *extra]
+    hops = session.hops if session is not None else None
+    fetched = dict(zip(go, rt.run(fetcher.fetch_many(go, config, check, validators, hops)), strict=True)) if go else {}
     results = [fetched.get(e.url) or blocked_result(e.url, blocked[e.url]) for e in todo]
 
     now = time.time()
@@ -71,6 +77,10 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     host_fetched: Counter[str] = Counter()
     host_errors: Counter[str] = Counter()
     for e, r in zip(todo, results, strict=True):
+        # Fetched again after the next login, not stored as the login form it came back as.
+        if session is not None and session.ended(e, r) and session.refetch(e, s.max_attempts):
+            done.append(Fetched(e.url, token, now + REFETCH_AFTER, r.ip))
+            continue
         robots = policies.get(origin_of(e.url))
         wait = retry.wait(e.attempts, r, robots.expires - now if robots is not None else 0.0)
         if wait is not None:
@@ -90,6 +100,9 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
             host_errors[host] += 1
         pages.append(_page(ctx, e, r, body_key, archive, cycle, cycle_base, previous.get(e.url)))
         not_modified += r.status == 304
+    if session is not None:
+        session.finish(now)
+        jobs.count(pipe, job.id, **session.counts)
     delays = ctx.politeness.delay_updates(job, results, policies)
     ctx.frontier.set_host_delays(job.id, delays, pipe)
     ctx.frontier.count_hosts(job.id, host_fetched, host_errors, pipe)

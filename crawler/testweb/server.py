@@ -61,6 +61,8 @@ class TestWeb:
         self.log: list[Hit] = []
         self._lock = threading.Lock()
         self.routes: dict[tuple[int, str], Handler] = {}
+        self.post_routes: dict[tuple[int, str], Handler] = {}
+        self.any_query_routes: dict[tuple[int, str], Handler] = {}  # GET, whatever the query
         self._servers: list[_Server] = []
         self.ports: list[int] = []
 
@@ -82,8 +84,13 @@ class TestWeb:
         return self.ips.index(host.split(":")[0])
 
     # -- serving ---------------------------------------------------------------------------
-    def route(self, site: int, path: str, handler: Handler) -> None:
-        self.routes[(site, path)] = handler
+    def route(self, site: int, path: str, handler: Handler, *, method: str = "GET", any_query: bool = False) -> None:
+        if method == "POST":
+            self.post_routes[(site, path)] = handler
+        elif any_query:
+            self.any_query_routes[(site, path)] = handler
+        else:
+            self.routes[(site, path)] = handler
 
     def start(self) -> TestWeb:
         for site, ip in enumerate(self.ips):
@@ -180,8 +187,24 @@ class TestWeb:
                         web.log.append(Hit(site, path, start, self.headers.get("User-Agent", ""), time.time(),
                                            self.headers.get("Host", ""), self.status))
 
+            def do_POST(self) -> None:
+                start = time.time()
+                path = urlsplit(self.path).path
+                self.status = 0
+                try:
+                    handler = web.post_routes.get((site, path))
+                    if handler is None:
+                        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                        self._send(405, b"<html><title>no</title></html>")
+                    else:
+                        handler(self)
+                finally:
+                    with web._lock:
+                        web.log.append(Hit(site, "POST " + path, start, self.headers.get("User-Agent", ""),
+                                           time.time(), self.headers.get("Host", ""), self.status))
+
             def _serve(self, site: int, path: str) -> None:
-                custom = web.routes.get((site, path))
+                custom = web.routes.get((site, path)) or web.any_query_routes.get((site, path.split("?", 1)[0]))
                 if custom is not None:
                     custom(self)
                     return

@@ -33,3 +33,15 @@ def test_passwords_inside_text_and_settings_json_are_masked() -> None:
     raw = '{"store": "postgresql://u:hunter2@db/x", "shards": 2, "allow_domains": ["a.org"]}'
     assert "hunter2" not in redact_settings_json(raw)
     assert '"shards": 2' in redact_settings_json(raw)
+
+
+def test_request_and_response_headers_lose_credentials_and_cookie_values() -> None:
+    from crawler.redact import redact_request_headers, redact_response_headers
+
+    sent = [("User-Agent", "ua"), ("Cookie", "sid=s3cret"), ("authorization", "Basic dTpw"),
+            ("Proxy-Authorization", "Bearer t")]
+    assert redact_request_headers(sent) == [("User-Agent", "ua"), ("Cookie", "***"), ("authorization", "***"),
+                                            ("Proxy-Authorization", "***")]
+    got = [("Content-Type", "text/html"), ("Set-Cookie", "sid=s3cret; Path=/; HttpOnly"), ("set-cookie", "x=1")]
+    assert redact_response_headers(got) == [("Content-Type", "text/html"), ("Set-Cookie", "sid=***; Path=/; HttpOnly"),
+                                            ("set-cookie", "x=***")]
