@@ -69,6 +69,8 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
 
     now = time.time()
     archive = bool(s.warc and s.warc_dir)
+    # A spider's hooks read the response headers (page.headers) even when no WARC is kept.
+    with_headers = archive or bool(s.spider)
     retry = RetryPolicy.of(s)
     pipe = ctx.redis.pipeline(transaction=False)
     pages: list[FetchedPage] = []
@@ -98,7 +100,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
         if r.error:
             jobs.count(pipe, job.id, **{f"error:{r.error}": 1})
             host_errors[host] += 1
-        pages.append(_page(ctx, e, r, body_key, archive, cycle, cycle_base, previous.get(e.url)))
+        pages.append(_page(ctx, e, r, body_key, with_headers, archive, cycle, cycle_base, previous.get(e.url)))
         not_modified += r.status == 304
     if session is not None:
         session.finish(now)
@@ -119,13 +121,14 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     return pages
 
 
-def _page(ctx: Context, e: Entry, r: FetchResult, body_key: str, archive: bool, cycle: int, cycle_base: float,
-          previous: dict[str, Any] | None) -> FetchedPage:
+def _page(ctx: Context, e: Entry, r: FetchResult, body_key: str, with_headers: bool, archive: bool, cycle: int,
+          cycle_base: float, previous: dict[str, Any] | None) -> FetchedPage:
     return FetchedPage(
         url=e.url, depth=e.depth, referrer=e.referrer, final_url=r.final_url, status=r.status,
         http_version=r.http_version,
-        # Headers travel on only for the WARC records: they are most of a message's bytes.
-        headers=tuple(r.headers) if archive else (), request_headers=tuple(r.request_headers) if archive else (),
+        # Headers travel on only for the WARC records and a spider: they are most of a message's bytes.
+        headers=tuple(r.headers) if with_headers else (),
+        request_headers=tuple(r.request_headers) if archive else (),
         error=r.error, fetched_at=r.fetched_at, elapsed=round(r.elapsed, 4), redirects=tuple(r.redirects),
         body_key=body_key, content_length=len(r.body), content_sha1=r.sha1, content_type=r.content_type,
         fetched_by=ctx.node, attempts=e.attempts + 1,

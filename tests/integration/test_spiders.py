@@ -178,16 +178,22 @@ def test_an_installed_spider_runs_by_name_from_its_start_urls(make_web: Callable
 
         class Shop(CatalogueSpider):
             start_urls = ["{origin}/catalogue/page-1.html"]
+
+            def product(self, page):
+                return {{**super().product(page), "type": page.headers.get("content-type")}}
         """))
     dist = site / "shopspiders-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: shopspiders\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[crawler.spiders]\nshop = shopspiders:Shop\n")
-    env = {**no_private_redis_env(), "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
+    # No WARC: response headers still reach the spider's hooks.
+    env = {**no_private_redis_env(), "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]), "CRAWLER_WARC": "0"}
     out = tmp_path / "out"
     res = cli("crawl", "--spider", "shop", "--out", str(out), "--workers", "1", env=env)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert len(_store_items(out)) == len(shop.products)  # listings only: no home page, no categories
+    items = [r["item"] for r in _store_items(out)]
+    assert len(items) == len(shop.products)  # listings only: no home page, no categories
+    assert {i["type"] for i in items} == {"text/html; charset=utf-8"}
 
     unknown = cli("crawl", "--spider", "nosuch", "--out", str(tmp_path / "x"), env=env)
     assert unknown.returncode == 2
