@@ -2,10 +2,13 @@
 web, in one invocation, runs alternating, medians reported.
 
     python -m bench.peers [--hosts 20] [--pages 500] [--runs 3] [--server auto|nginx|asyncio]
-                          [--systems ours-1,ours-2,distributed-2,scrapy,scrapy-redis-2]
+                          [--systems ours-1,ours-2,ours-2-off,distributed-2,scrapy,scrapy-redis-2]
 
-Every system crawls the same web from the same seeds with the same scope and politeness (no
-delay, no robots.txt, 16 requests per host, 64 in flight). The server logs every request, so
+Every system crawls the same web from the same seed (one URL, as users start a crawl;
+``--all-seeds`` for every host's home page). ``ours-2``, the headline, runs our defaults
+(robots.txt, adaptive delay, one request per host at a time, near-duplicates, WARC);
+``ours-2-off`` and the peers run without those (no delay, no robots.txt, 16 requests per host,
+64 in flight). The server logs every request, so
 responses, completeness and duplicate fetches are counted the same way for every system. A
 benchmark, not a test: prints a table, writes JSON and a PNG chart under bench/results/.
 """
@@ -37,7 +40,7 @@ from crawler.redisconn import connect
 from crawler.settings import Settings
 
 RESULTS = Path(__file__).parent / "results"
-SYSTEMS = ("ours-1", "ours-2", "distributed-2", "scrapy", "scrapy-redis-2")
+SYSTEMS = ("ours-1", "ours-2", "ours-2-off", "distributed-2", "scrapy", "scrapy-redis-2")
 LIMIT = 900.0  # seconds any one run may take before it is abandoned
 
 
@@ -93,15 +96,19 @@ class Outcome:
     stored: int | None = None  # rows our store holds, as a cross-check of the server's count
 
 
-def our_settings(redis_url: str, spec: WebSpec, workers: int) -> Settings:
-    # Scrapy's equivalents: no robots.txt, no AutoThrottle, no delay, 16 per host and 64 in all;
-    # pages stored as rows (title, links), no WARC archive, no near-duplicate hashing.
-    return Settings.from_env(redis_url=redis_url, workers=workers, shards=2, per_host=16, concurrency=64,
-                             allow_networks=[f"{ip}/32" for ip in spec.ips], obey_robots=False, autothrottle=False,
-                             near_duplicates=False, warc=False, task_events=False)
+def our_settings(redis_url: str, spec: WebSpec, workers: int, features_off: bool = False, **extra: Any) -> Settings:
+    """The headline: our defaults, as ``crawler crawl`` runs them (robots.txt, adaptive delay, one
+    request per host at a time, near-duplicate hashing, WARC). ``features_off``: Scrapy's
+    equivalents instead (no robots.txt, no AutoThrottle, no delay, 16 per host and 64 in all; pages
+    stored as rows, no WARC, no near-duplicate hashing), the configuration the peers run."""
+    off = dict(per_host=16, concurrency=64, obey_robots=False, autothrottle=False, near_duplicates=False,
+               warc=False) if features_off else {}
+    # The same scope as the peers' allowed_domains: every host of the web (one seed names one).
+    return Settings.from_env(redis_url=redis_url, workers=workers, allow_networks=[f"{ip}/32" for ip in spec.ips],
+                             allow_domains=list(spec.ips), task_events=False, **{"shards": 1, **off, **extra})
 
 
-def run_ours(spec: WebSpec, workers: int, work: Path) -> Outcome:
+def run_ours(spec: WebSpec, workers: int, work: Path, features_off: bool = False) -> Outcome:
     usage = Usage()
     with RedisServer() as server:
         cpu0 = _redis_cpu(server.url)
@@ -114,7 +121,8 @@ def run_ours(spec: WebSpec, workers: int, work: Path) -> Outcome:
             if elapsed > LIMIT:
                 raise KeyboardInterrupt
 
-        outcome = crawl(our_settings(server.url, spec, workers), spec.seeds(), str(work), progress, poll=0.1)
+        outcome = crawl(our_settings(server.url, spec, workers, features_off), spec.seeds(), str(work), progress,
+                        poll=0.1)
     stored = outcome.status["counters"].get("stored")
     return Outcome(usage, redis_cpu[0], stored)
 
@@ -124,7 +132,7 @@ def run_distributed(spec: WebSpec, shards: int, work: Path) -> Outcome:
     usage = Usage()
     with RedisServer() as server:
         cpu0 = _redis_cpu(server.url)
-        settings = our_settings(server.url, spec, shards).replace(store=f"sqlite:///{work / 'crawl.db'}")
+        settings = our_settings(server.url, spec, shards, shards=shards).replace(store=f"sqlite:///{work / 'crawl.db'}")
         client = connect(server.url)
         job_id = jobs.submit(client, settings, spec.seeds())
         env = {**os.environ, "CRAWLER_REDIS_URL": server.url, "CRAWLER_TASK_EVENTS": "0"}
@@ -183,6 +191,7 @@ def run_scrapy(spec: WebSpec, processes: int, work: Path) -> Outcome:
 RUNNERS: dict[str, Callable[[WebSpec, Path], Outcome]] = {
     "ours-1": lambda spec, work: run_ours(spec, 1, work),
     "ours-2": lambda spec, work: run_ours(spec, 2, work),
+    "ours-2-off": lambda spec, work: run_ours(spec, 2, work, features_off=True),
     "distributed-2": lambda spec, work: run_distributed(spec, 2, work),
     "scrapy": lambda spec, work: run_scrapy(spec, 1, work),
     "scrapy-redis-2": lambda spec, work: run_scrapy(spec, 2, work),
@@ -263,6 +272,10 @@ def targets(med: dict[str, dict[str, Any]], fl: dict[str, Any]) -> list[tuple[st
                     ours["duplicate_fetches"] <= sc["duplicate_fetches"]))
         out.append(("peak RSS per process ours-2 / scrapy", ours["peak_rss_mb"] / sc["peak_rss_mb"], "<= 1.0",
                     ours["peak_rss_mb"] <= sc["peak_rss_mb"]))
+    if "ours-2-off" in med:
+        off = med["ours-2-off"]
+        out.append(("CPU/page ours-2 (defaults) / ours-2-off", ours["cpu_ms_per_page"] / off["cpu_ms_per_page"],
+                    "<= 1.3", ours["cpu_ms_per_page"] <= 1.3 * off["cpu_ms_per_page"]))
     if "scrapy-redis-2" in med:
         sr = med["scrapy-redis-2"]
         out.append(("pages/s ours-2 / scrapy-redis-2", ours["pages_per_s"] / sr["pages_per_s"], ">= 2.0",
@@ -299,7 +312,7 @@ def ratios(med: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
     for peer in ("scrapy", "scrapy-redis-2"):
         if peer not in med:
             continue
-        for ours in ("ours-1", "ours-2", "distributed-2"):
+        for ours in ("ours-1", "ours-2", "ours-2-off", "distributed-2"):
             if ours in med:
                 p, o = med[peer], med[ours]
                 out[f"{ours}/{peer}"] = {"pages_per_s": o["pages_per_s"] / p["pages_per_s"],
@@ -342,13 +355,14 @@ def main() -> None:
     ap.add_argument("--server", default="auto", choices=("auto", "nginx", "asyncio"))
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--no-floor", action="store_true")
+    ap.add_argument("--all-seeds", action="store_true", help="seed every host (default: one URL, as users do)")
     args = ap.parse_args()
     systems = [s for s in args.systems.split(",") if s]
     unknown = set(systems) - set(SYSTEMS)
     if unknown:
         ap.error(f"unknown systems {sorted(unknown)}; known: {', '.join(SYSTEMS)}")
     probe = WebSpec(hosts=args.hosts, pages=args.pages)
-    spec = WebSpec(hosts=args.hosts, pages=args.pages, port=free_port(probe.ips))
+    spec = WebSpec(hosts=args.hosts, pages=args.pages, port=free_port(probe.ips), all_seeds=args.all_seeds)
     with tempfile.TemporaryDirectory(prefix="bench-web-") as tmp:
         root = Path(tmp)
         os.chmod(root, 0o755)  # nginx's worker may run as another user
@@ -384,7 +398,7 @@ def main() -> None:
         "web": {**info, "reachable": len(want), "server": kind}, "runs": runs, "median": med, "floor": fl,
         "ratios": rat, "targets": [dict(zip(("what", "value", "want", "met"), t, strict=True)) for t in checks],
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
-        "settings": asdict(our_settings("", spec, 2)),
+        "settings": asdict(our_settings("", spec, 2)), "settings_off": asdict(our_settings("", spec, 2, True)),
     }, indent=2))
     png = out.with_suffix(".png")
     try:

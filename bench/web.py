@@ -55,8 +55,10 @@ class WebSpec:
     def origin(self, host: int) -> str:
         return f"http://{self.ip(host)}:{self.port}"
 
+    all_seeds: bool = False  # every host's home page; default: one URL, as users start a crawl
+
     def seeds(self) -> list[str]:
-        return [self.origin(h) + "/" for h in range(self.hosts)]
+        return [self.origin(h) + "/" for h in range(self.hosts if self.all_seeds else 1)]
 
 
 def page_path(i: int) -> str:
