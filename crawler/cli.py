@@ -412,6 +412,19 @@ def cmd_shards(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_web(args: argparse.Namespace) -> int:
+    # Lazy: the web server's modules load only for this command.
+    from crawler.web.server import listen_auth, serve
+
+    if not 0 < args.port < 65536:
+        raise ConfigError(f"--port must be 1..65535, got {args.port}")
+    auth = listen_auth(args.host)
+    print(f"console on http://{args.host}:{args.port}/ ({'auth required' if auth else 'no auth: loopback only'})",
+          file=sys.stderr)
+    serve(_client(args.redis_url), auth, args.host, args.port)
+    return 0
+
+
 def cmd_nodes(args: argparse.Namespace) -> int:
     client = _client(args.redis_url)
     rows = nodes.nodes(client)
@@ -642,6 +655,13 @@ def build_parser() -> argparse.ArgumentParser:
     nd.add_argument("--json", action="store_true")
     nd.add_argument("--redis-url")
     nd.set_defaults(func=cmd_nodes)
+
+    w = sub.add_parser("web", help="the console and REST API in a browser (auth from CRAWLER_WEB_TOKEN, or "
+                                   "CRAWLER_WEB_USER and CRAWLER_WEB_PASSWORD; required off loopback)")
+    w.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    w.add_argument("--port", type=int, default=8089, help="port (default 8089)")
+    w.add_argument("--redis-url")
+    w.set_defaults(func=cmd_web)
 
     e = sub.add_parser("export", help="print stored pages (or, with --content, their main text; with --items, "
                                       "what the spider extracted)")
