@@ -1,4 +1,4 @@
-# One image for every service of docker-compose.yml: workers, beat, Flower.
+# One image for every service of docker-compose.yml: workers, beat, Flower, the console.
 FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md beat_schedule.py ./

@@ -18,7 +18,9 @@ from crawler.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 _VAR = re.compile(r"\$\{(\w+)(?:(:-|:\?)([^}]*))?\}")
-SECRETS = {"REDIS_PASSWORD", "POSTGRES_PASSWORD", "FLOWER_PASSWORD"}
+SECRETS = {"REDIS_PASSWORD", "POSTGRES_PASSWORD", "FLOWER_PASSWORD", "CONSOLE_PASSWORD"}
+# The console's credentials (crawler.web.auth), not crawl settings.
+WEB_AUTH = {"CRAWLER_WEB_USER", "CRAWLER_WEB_PASSWORD", "CRAWLER_WEB_TOKEN"}
 
 
 class MissingSecret(Exception):
@@ -85,6 +87,31 @@ def test_every_celery_command_parses_and_names_our_app(compose: dict[str, Any]) 
             assert options.max_tasks == 10000 and options.basic_auth, f"{name}: unbounded or open Flower"
 
 
+def test_the_console_parses_listens_behind_auth_and_is_published_on_loopback(compose: dict[str, Any]) -> None:
+    from crawler.cli import build_parser
+    from crawler.errors import ConfigError
+    from crawler.web.server import listen_auth
+
+    console = compose["services"]["console"]
+    argv = _command(console)
+    assert argv[:2] == ["crawler", "web"]
+    args = build_parser().parse_args(argv[1:])
+    assert args.func.__name__ == "cmd_web" and (args.host, args.port) == ("0.0.0.0", 8089)
+    env = {k: _subst(str(v)) for k, v in console["environment"].items()}
+    assert env["CRAWLER_REDIS_URL"] == _subst(compose["x-crawler"]["environment"]["CRAWLER_REDIS_URL"])
+    with pytest.MonkeyPatch.context() as mp:
+        for name in WEB_AUTH:
+            mp.delenv(name, raising=False)
+        with pytest.raises(ConfigError, match="not only on loopback"):
+            listen_auth(args.host)
+        for name in WEB_AUTH & set(env):
+            mp.setenv(name, env[name])
+        auth = listen_auth(args.host)
+    assert auth is not None and auth.user == "admin" and auth.password == _TEST_SECRETS["CONSOLE_PASSWORD"]
+    assert console["ports"] == [f"127.0.0.1:{args.port}:{args.port}"]
+    assert compose["services"]["flower"]["ports"][0].startswith("127.0.0.1:")
+
+
 def test_workers_cover_every_shard_and_settings_are_real(compose: dict[str, Any]) -> None:
     services = compose["services"]
     known = {f"CRAWLER_{name.upper()}" for name in Settings.__dataclass_fields__}
@@ -92,7 +119,7 @@ def test_workers_cover_every_shard_and_settings_are_real(compose: dict[str, Any]
     want = None
     for name, service in services.items():
         env = {k: _subst(str(v)) for k, v in (service.get("environment") or {}).items()}
-        crawler_env = {k: v for k, v in env.items() if k.startswith("CRAWLER_")}
+        crawler_env = {k: v for k, v in env.items() if k.startswith("CRAWLER_") and k not in WEB_AUTH}
         assert set(crawler_env) <= known, f"{name}: unknown settings {set(crawler_env) - known}"
         if crawler_env:
             settings = Settings.from_env(crawler_env)  # values must parse and validate
