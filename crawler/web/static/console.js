@@ -234,8 +234,9 @@ async function jobPage(view, jobId) {
     logAfter = entries[entries.length - 1].id;
     const pre = q("#log");
     const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
-    const lines = entries.map(e => `${utc(e.ts)} ${e.level.padEnd(7)} ${e.event} ${e.message}` +
-                                   (e.by ? ` (by ${e.by})` : "") + (e.node ? ` [${e.node}]` : ""));
+    // As ``crawler logs`` prints them (crawler.joblog.format_entry).
+    const lines = entries.map(e => `${utc(e.ts)} ${e.level.padEnd(7)} ${e.event.padEnd(16)} ${e.node}` +
+                                   (e.by ? ` by ${e.by}` : "") + `: ${e.message}`);
     pre.textContent = (pre.textContent ? pre.textContent + "\n" : "") + lines.join("\n");
     const all = pre.textContent.split("\n");
     if (all.length > 500) pre.textContent = all.slice(-500).join("\n");
@@ -271,9 +272,9 @@ async function jobPage(view, jobId) {
     }
     const jobs = [refreshHosts(), refreshLog(), api("GET", "/api/nodes").then(({nodes}) => fillNodes(q(".nodes tbody"), nodes))];
     if (tick % 5 === 0) {
-      jobs.push(api("GET", `${base}/cycles`).then(({cycles}) => fill(q("#cycles tbody"), cycles.map(cy => row(
+      jobs.push(api("GET", `${base}/cycles`).then(({cycles}) => fill(q("#cycles tbody"), cycles.length ? cycles.map(cy => row(
         [cy.cycle, utc(cy.started_at), cy.finished_at ? `+${(cy.finished_at - cy.started_at).toFixed(1)} s` : "running",
-         cy.fetched, cy.new, cy.changed, cy.gone], [3, 4, 5, 6])))));
+         cy.fetched, cy.new, cy.changed, cy.gone], [3, 4, 5, 6])) : [row(["a one-off job: no cycles"])])));
       jobs.push(api("GET", `${base}/shards`).then(({shards}) => fill(q("#shards tbody"), shards.map(s => row(
         [s.shard, s.state, (s.nodes || []).join(", ")])))));
     }
