@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import redis
+from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
@@ -114,6 +116,7 @@ def test_openapi_metrics_console_files(client: TestClient, tmp_path: Path) -> No
     job = _submit(client, tmp_path, ["http://127.0.1.1/"])
     doc = client.get("/openapi.json").json()
     assert doc["openapi"] == "3.1.0"
+    validate(doc, cls=OpenAPIV31SpecValidator)
     assert {"get", "patch"} <= set(doc["paths"]["/api/jobs/{job}/settings"])
     params = {p["name"] for p in doc["paths"]["/api/jobs/{job}/hosts"]["get"]["parameters"]}
     assert params == {"job", "sort", "desc", "offset", "limit", "prefix"}
@@ -234,3 +237,34 @@ def test_steer_a_real_crawl_through_the_api(client: TestClient, make_web: Callab
     assert len(pages) == 5 and all(p["url"].startswith("http://127.0.") for p in pages)
     events = {e["event"] for e in client.get(f"/api/jobs/{job}/logs").json()["entries"]}
     assert {"submitted", "paused", "resumed", "settings_changed", "stopped"} <= events
+
+
+def test_crawler_web_serves_with_a_token(redis_url: str, tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "CRAWLER_WEB_TOKEN": "t0ken", "CRAWLER_REDIS_URL": redis_url}
+    proc = subprocess.Popen([sys.executable, "-m", "crawler", "web", "--port", str(port)], env=env,
+                            stderr=open(tmp_path / "web.err", "wb"))  # noqa: SIM115
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                res = httpx.get(f"http://127.0.0.1:{port}/api/jobs", timeout=2)
+                break
+            except httpx.ConnectError:
+                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "web.err").read_text()
+                time.sleep(0.1)
+        assert res.status_code == 401
+        res = httpx.get(f"http://127.0.0.1:{port}/api/jobs", headers={"Authorization": "Bearer t0ken"})
+        assert res.json() == {"jobs": []}
+        assert "auth required" in (tmp_path / "web.err").read_text()
+    finally:
+        proc.terminate()
+        proc.wait(10)
