@@ -164,9 +164,10 @@ class Guard:
     token, the console's own files stay open (they hold no data) so the page can ask for it;
     with basic auth everything is behind it and the browser asks."""
 
-    def __init__(self, app: ASGIApp, auth: Auth | None) -> None:
+    def __init__(self, app: ASGIApp, auth: Auth | None, origins: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.auth = auth
+        self.origins = origins
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -181,16 +182,19 @@ class Guard:
                 await _error(401, "authentication required", challenge)(scope, receive, send)
                 return
             scope["crawler.user"] = self.auth.user or "token"
-        refusal = cross_site_refusal(scope["method"], headers, scope.get("scheme", "http"), headers.get("host", ""))
+        refusal = cross_site_refusal(scope["method"], headers, scope.get("scheme", "http"), headers.get("host", ""),
+                                     self.origins)
         if refusal:
             await _error(403, refusal)(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
 
-def create_app(redis_client: Redis, auth: Auth | None = None, *, event_interval: float = EVENT_INTERVAL) -> ASGIApp:
+def create_app(redis_client: Redis, auth: Auth | None = None, *, origins: frozenset[str] = frozenset(),
+               event_interval: float = EVENT_INTERVAL) -> ASGIApp:
     """The console and API over ``redis_client`` (its replies undecoded, as ``crawler.redisconn``
-    makes them). ``auth``: None leaves it open, for loopback only (``auth.check_listen``)."""
+    makes them). ``auth``: None leaves it open, for loopback only (``auth.check_listen``).
+    ``origins``: other origins the console is reached under (a TLS proxy's), allowed to change things."""
     routes: list[BaseRoute] = [_route(e) for e in ENDPOINTS]
     routes += [
         Route("/api/jobs/{job}/events", _events, methods=["GET"]),
@@ -207,4 +211,4 @@ def create_app(redis_client: Redis, auth: Auth | None = None, *, event_interval:
     except PackageNotFoundError:
         app_version = "0"
     app.state.openapi = openapi.document(app_version)
-    return Guard(app, auth)
+    return Guard(app, auth, origins)

@@ -90,16 +90,25 @@ def check_listen(hosts: list[str], auth: Auth | None) -> None:
                           "or CRAWLER_WEB_USER and CRAWLER_WEB_PASSWORD, first")
 
 
-def cross_site_refusal(method: str, headers: Mapping[str, str], scheme: str, host: str) -> str:
+def allowed_origins(env: Mapping[str, str] | None = None) -> frozenset[str]:
+    """Origins besides the console's own that may change things: ``CRAWLER_WEB_ORIGINS``
+    (comma-separated), for a console behind a TLS proxy (https://console.example)."""
+    raw = (os.environ if env is None else env).get("CRAWLER_WEB_ORIGINS", "")
+    return frozenset(o.strip().rstrip("/").lower() for o in raw.split(",") if o.strip())
+
+
+def cross_site_refusal(method: str, headers: Mapping[str, str], scheme: str, host: str,
+                       allowed: frozenset[str] = frozenset()) -> str:
     """Why a request may not change anything ("" if it may). ``headers`` lower-case keyed;
-    ``scheme`` and ``host`` (the Host header) make the console's own origin."""
+    ``scheme`` and ``host`` (the Host header) make the console's own origin; ``allowed``: more."""
     if method.upper() not in UNSAFE_METHODS:
         return ""
     fetch_site = headers.get("sec-fetch-site", "")
     if fetch_site and fetch_site not in ("same-origin", "none"):
         return f"cross-site request refused (Sec-Fetch-Site: {fetch_site[:40]})"
     origin = headers.get("origin", "")
-    if origin and origin != "null" and origin.rstrip("/").lower() != f"{scheme}://{host}".lower():
+    own = origin.rstrip("/").lower()
+    if origin and origin != "null" and own != f"{scheme}://{host}".lower() and own not in allowed:
         return f"cross-site request refused (Origin {origin[:100]} is not this console's)"
     if origin == "null":
         return "cross-site request refused (Origin: null)"

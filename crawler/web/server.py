@@ -6,7 +6,7 @@ import uvicorn
 from redis import Redis
 
 from crawler.web.app import create_app
-from crawler.web.auth import Auth, check_listen
+from crawler.web.auth import Auth, allowed_origins, check_listen
 
 
 def listen_auth(host: str) -> Auth | None:
@@ -20,5 +20,5 @@ def listen_auth(host: str) -> Auth | None:
 def serve(client: Redis, auth: Auth | None, host: str = "127.0.0.1", port: int = 8089) -> None:
     """Run until interrupted."""
     # uvicorn's access log would print every 2 s poll of every open console: warnings only.
-    uvicorn.run(create_app(client, auth), host=host, port=port, log_level="warning", server_header=False,
-                proxy_headers=False)
+    app = create_app(client, auth, origins=allowed_origins())
+    uvicorn.run(app, host=host, port=port, log_level="warning", server_header=False, proxy_headers=False)

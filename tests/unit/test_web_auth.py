@@ -7,7 +7,7 @@ import base64
 import pytest
 
 from crawler.errors import ConfigError
-from crawler.web.auth import Auth, check_listen, cross_site_refusal, is_loopback
+from crawler.web.auth import Auth, allowed_origins, check_listen, cross_site_refusal, is_loopback
 
 JSON = {"content-type": "application/json"}
 
@@ -59,3 +59,12 @@ def test_cross_site_rules() -> None:
     for headers in refused:
         for method in ("POST", "PUT", "PATCH", "DELETE"):
             assert cross_site_refusal(method, headers, *own), (method, headers)
+
+
+def test_a_console_behind_a_proxy_names_its_public_origin() -> None:
+    allowed = allowed_origins({"CRAWLER_WEB_ORIGINS": "https://Console.example/, https://ops.example:8443"})
+    assert allowed == {"https://console.example", "https://ops.example:8443"}
+    headers = {**JSON, "origin": "https://console.example"}
+    assert cross_site_refusal("POST", headers, "http", "console:8089", allowed) == ""
+    assert cross_site_refusal("POST", headers, "http", "console:8089")
+    assert cross_site_refusal("POST", {**JSON, "origin": "https://evil.example"}, "http", "console:8089", allowed)
