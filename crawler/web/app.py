@@ -63,6 +63,12 @@ def _failure(exc: BaseException) -> JSONResponse | None:
     return None
 
 
+def _json(result: Any, status: int = 200) -> Response:
+    # Credentials out of every answer, whatever field holds them (a worker's error naming a store
+    # URL, say), as the CLI redacts what it prints.
+    return Response(redact(json.dumps(result)), status, media_type="application/json")
+
+
 def _who(request: Request) -> str:
     client = request.client.host if request.client else "?"
     user = request.scope.get("crawler.user", "")
@@ -99,7 +105,7 @@ def _route(endpoint: Endpoint) -> Route:
             if response is None:
                 raise
             return response
-        return JSONResponse(result, endpoint.status)
+        return _json(result, endpoint.status)
 
     return Route(endpoint.path, run, methods=[endpoint.method], name=endpoint.handler.__name__)
 
@@ -120,10 +126,10 @@ async def _events(request: Request) -> Response:
     async def stream() -> AsyncIterator[str]:
         st, after, sent = first, "", 0
         while True:
-            yield f"event: status\ndata: {json.dumps(st)}\n\n"
+            yield f"event: status\ndata: {redact(json.dumps(st))}\n\n"
             entries = await run_in_threadpool(control.logs, r, job_id, after, "INFO", 100)
             for e in entries:
-                yield f"event: log\nid: {e['id']}\ndata: {json.dumps(e)}\n\n"
+                yield f"event: log\nid: {e['id']}\ndata: {redact(json.dumps(e))}\n\n"
             after = entries[-1]["id"] if entries else after or "0-0"
             sent += 1
             if limit and sent >= limit:

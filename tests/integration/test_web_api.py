@@ -112,6 +112,16 @@ def test_jobs_settings_hosts_logs_and_errors(client: TestClient, r: redis.Redis,
     assert client.get("/api/nothing").status_code == 404 and "error" in client.get("/api/nothing").json()
 
 
+def test_no_answer_shows_a_password(client: TestClient, r: redis.Redis, tmp_path: Path) -> None:
+    job = _submit(client, tmp_path, ["http://127.0.1.1/"])
+    jobs.stop(r, job, error="store postgresql://crawler:hunter2@db:5432/crawl unreachable")
+    for path in ("/api/jobs", f"/api/jobs/{job}", f"/api/jobs/{job}/logs"):
+        text = client.get(path).text
+        assert "hunter2" not in text and "crawler:***@db" in text, path
+    with client.stream("GET", f"/api/jobs/{job}/events", params={"max": 1}) as res:
+        assert "hunter2" not in "".join(res.iter_text())
+
+
 def test_openapi_metrics_console_files(client: TestClient, tmp_path: Path) -> None:
     job = _submit(client, tmp_path, ["http://127.0.1.1/"])
     doc = client.get("/openapi.json").json()
