@@ -5,6 +5,7 @@ auth, and no state change from another site."""
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import os
 import time
@@ -214,11 +215,15 @@ def test_crawler_web_refuses_an_exposed_address_without_auth(redis_url: str, mon
     assert "set both CRAWLER_WEB_USER and CRAWLER_WEB_PASSWORD" in capsys.readouterr().err
 
 
+def _starts(web: TestWeb, site: int, after: float) -> list[float]:
+    return sorted(h.start for h in web.hits() if h.site == site and h.start >= after and h.path != "/robots.txt")
+
+
 def test_steer_a_real_crawl_through_the_api(client: TestClient, make_web: Callable[..., TestWeb], workers: Workers,
                                             r: redis.Redis, tmp_path: Path) -> None:
-    web = make_web(2, 300)
+    web = make_web(2, 600)
     workers.start("w0", ALL)
-    job = _submit(client, tmp_path, web.seeds(), shards=2, delay="0.05", max_pages=300)
+    job = _submit(client, tmp_path, web.seeds(), shards=2, delay="0.05")
 
     def stored() -> int:
         return int(client.get(f"/api/jobs/{job}").json()["counters"].get("stored", 0))
@@ -239,8 +244,18 @@ def test_steer_a_real_crawl_through_the_api(client: TestClient, make_web: Callab
     while stored() <= frozen + 10:
         assert time.monotonic() < deadline
         time.sleep(0.2)
+    # A longer delay through the API: within 5 s every worker spaces requests to a host so.
+    t1 = time.time()
+    client.patch(f"/api/jobs/{job}/settings", headers=JSON, json={"delay": "0.6"})
+    deadline = time.monotonic() + 30
+    while len(starts := _starts(web, 0, t1 + 5)) < 5:
+        assert time.monotonic() < deadline, starts
+        time.sleep(0.1)
+    gaps = sorted(b - a for a, b in itertools.pairwise(starts))
+    assert gaps[len(gaps) // 2] >= 0.55, gaps
     hosts = client.get(f"/api/jobs/{job}/hosts", params={"sort": "fetched"}).json()
     assert hosts["total"] >= 2 and hosts["hosts"][0]["fetched"] > 0
+    assert client.get(f"/api/jobs/{job}").json()["status"] == jobs.RUNNING  # steered while it ran
     assert client.post(f"/api/jobs/{job}/stop", headers=JSON).json()["status"] == jobs.STOPPED
     wait_done(r, job)
     pages = client.get(f"/api/jobs/{job}/pages", params={"limit": 5}).json()["pages"]

@@ -104,10 +104,20 @@ def test_job_page_live_pause_and_settings(console: str, make_web: Callable[..., 
                 target.mkdir(parents=True, exist_ok=True)
                 shutil.copy(shot, target / shot.name)
 
-            # And from the jobs page, the job is listed and links back.
+            # And from the jobs page, the job is listed, and a new one is submitted from the form.
             page.goto(f"{console}/#/")
             expect(page.locator("#jobs tbody tr")).to_have_count(1, timeout=10_000)
             expect(page.locator("#jobs tbody a")).to_have_text(job)
+            page.fill("#submit-form textarea[name=seeds]", web.seeds()[2])
+            page.fill("#submit-form input[name=store]", f"sqlite:///{tmp_path / 'second.db'}")
+            page.fill("#submit-form input[name=max_pages]", "5")
+            page.click("#submit-form button[type=submit]")
+            page.wait_for_url(lambda url: "#/jobs/" in url and job not in url, timeout=10_000)
+            second = page.url.rsplit("/", 1)[1]
+            expect(page.locator("#job-id")).to_have_text(second)
+            assert control.get_settings(r, second)["settings"]["max_pages"] == 5
+            page.wait_for_function("() => Number(document.querySelector('#counter-stored')?.textContent) === 5",
+                                   timeout=30_000)
         finally:
             browser.close()
     control.stop(r, job)
