@@ -160,7 +160,7 @@ def pause(redis: Redis, job_id: str, by: str = "") -> str:
     are stored. Returns the status the job had."""
     was = Frontier(redis).pause(job_id)
     if was and was != PAUSED:
-        joblog.log_event(redis, job_id, "paused", f"paused (was {was})", by=by)
+        joblog.log_event(redis, job_id, "paused", f"nothing more is dispatched until resumed (it was {was})", by=by)
     return was
 
 
@@ -169,7 +169,7 @@ def resume(redis: Redis, job_id: str, by: str = "") -> str:
     shards = load(redis, job_id, max_age=0).settings.shards
     was = Frontier(redis).resume(job_id, shards)
     if was == PAUSED:
-        joblog.log_event(redis, job_id, "resumed", "resumed", by=by)
+        joblog.log_event(redis, job_id, "resumed", "dispatching again", by=by)
     return was
 
 

@@ -130,6 +130,7 @@ class Frontier:
         self._resume = redis.register_script(lua.RESUME)
         self._retime = redis.register_script(lua.RETIME)
         self._unpark = redis.register_script(lua.UNPARK)
+        self._queue_lengths = redis.register_script(lua.QUEUE_LENGTHS)
         self._claim_cycle = redis.register_script(lua.CLAIM_CYCLE)
         self._run_cycle = redis.register_script(lua.RUN_CYCLE)
 
@@ -303,13 +304,14 @@ class Frontier:
             cut = len(keys.host_queue(job, ""))
             names.update(text(k)[cut:] for k in self.redis.scan_iter(keys.host_queue_pattern(job), count=1000))
         ordered = sorted(names)
-        for h in ordered:
-            pipe.llen(keys.host_queue(job, h))
-        return [HostStats(h, float(delays[h]) if h in delays else None, int(inflight.get(h, 0)), q,
+        lengths: list[int] = []
+        for i in range(0, len(ordered), 10_000):  # each call holds Redis for a few ms at most
+            lengths += self._call(self._queue_lengths, job, *ordered[i:i + 10_000])
+        return [HostStats(h, float(delays[h]) if h in delays else None, int(inflight.get(h, 0)), int(q),
                           admitted=int(admitted.get(h, 0)), fetched=int(fetched.get(h, 0)),
                           errors=int(errors.get(h, 0)),
                           override=HostOverride.decode(overrides[h]) if h in overrides else None)
-                for h, q in zip(ordered, pipe.execute(), strict=True)]
+                for h, q in zip(ordered, lengths, strict=True)]
 
     def count_hosts(self, job: str, fetched: Mapping[str, int], errors: Mapping[str, int], pipe: Any) -> None:
         """Add to the hosts' fetched and error counts (in the caller's pipeline)."""
