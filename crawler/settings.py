@@ -86,6 +86,7 @@ class Settings:
     allow_urls: list[str] = _s([], "Regular expressions (Python `re.search`); when any is given, a link is followed only if it matches one. Seeds are exempt. At most 1000 characters each; `re` has no timeout, so keep them simple. In the environment comma-separated (use the flag for a pattern with a comma)", job=True)
     deny_urls: list[str] = _s([], "Regular expressions (Python `re.search`); a link matching any is not followed, counted `links_denied_pattern`. Seeds are exempt; same limits as allow_urls", job=True)
     follow_nofollow: bool = _s(False, "Follow links marked rel=nofollow (Scrapy, wget and Heritrix follow them for discovery); off: they are dropped, counted `links_nofollow`. Meta robots nofollow is obeyed either way", job=True)
+    noise_links: str = _s("follow", "`skip`: links in blocks mostly made of link text (navigation, footers, tag clouds) or whose URL clusters with such links on the same site are not followed, counted `links_noise_block` and `links_noise_pattern`; the page's stored outlinks keep them. `follow`: off", job=True)
     user_agent: str = _s("crawler/0.1 (+https://example.invalid/bot)", "User-Agent header sent with every request", job=True)
     fetch_batch: int = _s(32, "URLs per fetch task at most", job=True)
     connect_timeout: float = _s(5.0, "Seconds to open a connection", job=True)
@@ -294,6 +295,8 @@ def _check_field(f: dataclasses.Field[Any], value: Any) -> None:
             raise _bad(name, "must be auto, bloom or set", value)
         if name == "extract" and value not in EXTRACT_FORMATS:
             raise _bad(name, "must be text or markdown (empty: off)", value)
+        if name == "noise_links" and value not in ("follow", "skip"):
+            raise _bad(name, "must be follow or skip", value)
     elif kind is list:
         if not isinstance(value, (list, tuple)):
             raise _bad(name, "must be a list", value)
