@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 from crawler import jobs
 from crawler.dedup.simhash import simhash
 from crawler.errors import BadURL
+from crawler.extract import noisefilter
 from crawler.extract.maintext import Format, MainText, extract_main_text
 from crawler.jobs import Job
 from crawler.messages import FetchedPage, LinkGroup, groups_to_json
@@ -36,7 +37,9 @@ def parse_stage(ctx: Context, job: Job, token: str,
     bodies = ctx.bodies([p.body_key for p in want])
     batches: dict[int, list[LinkGroup]] = defaultdict(list)
     bad = fragment = not_http = out_of_scope = near = capped = dropped = query_traps = 0
-    nofollow_links = denied = 0
+    nofollow_links = denied = noise_block = noise_pattern = 0
+    # page URL -> the outlinks to follow, when noise_links=skip (outlinks themselves stay complete)
+    unnoisy: dict[str, set[str]] = {}
     patterns = url_patterns(s.allow_urls, s.deny_urls)
     annotated: dict[str, FetchedPage] = {}
     nofollows: dict[str, bool] = {}
@@ -66,6 +69,11 @@ def parse_stage(ctx: Context, job: Job, token: str,
             page, title=parsed.title, canonical=parsed.canonical, noindex=parsed.noindex, nofollow=parsed.nofollow,
             outlinks=tuple(outlinks), simhash=simhash(parsed.text) if s.near_duplicates else None)
         nofollows[page.url] = parsed.nofollow
+        if s.noise_links == "skip" and not parsed.nofollow:
+            kept, noise = noisefilter.filter_noise(parsed, outlinks, job.id, noisefilter.CLUSTERS, s.max_url_length)
+            unnoisy[page.url] = set(kept)
+            noise_block += noise.block
+            noise_pattern += noise.pattern
         if s.extract:
             annotated[page.url] = with_main_text(annotated[page.url], body, s.extract, extracted)
     hashed = [p for p in annotated.values() if p.simhash is not None]
@@ -88,7 +96,10 @@ def parse_stage(ctx: Context, job: Job, token: str,
             query_traps += 1
             continue
         by_shard: dict[int, list[str]] = defaultdict(list)
+        keep = unnoisy.get(page.url)
         for link in page.outlinks:
+            if keep is not None and link not in keep:
+                continue
             if job.allowed and domain_of(link) not in job.allowed:
                 out_of_scope += 1
                 continue
@@ -103,6 +114,7 @@ def parse_stage(ctx: Context, job: Job, token: str,
                near_duplicates=near, skipped_unchanged=sum(1 for p in pages if p.unchanged),
                body_lost=len(lost), links_capped=capped, links_dropped=dropped,
                links_nofollow=nofollow_links, links_denied_pattern=denied,
+               links_noise_block=noise_block, links_noise_pattern=noise_pattern,
                **{"dropped_trap:near_duplicate_query": query_traps}, **extracted)
     jobs.count_cycle(ctx.redis, job.id, pages[0].cycle if pages else 0, parsed=len(annotated))
     ctx.frontier.expect(job.id, {link_token(token, shard): groups_to_json(links) for shard, links in batches.items()},
