@@ -66,6 +66,9 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
                    help="do not follow links matching this regular expression (repeatable; seeds exempt)")
     p.add_argument("--follow-nofollow", action="store_true", default=None,
                    help="follow links marked rel=nofollow (default: drop them); meta robots nofollow is still obeyed")
+    p.add_argument("--noise-links", choices=("follow", "skip"),
+                   help="skip: do not follow links in navigation, footers, tag clouds and URLs clustering with them "
+                        "(default: follow)")
     p.add_argument("--user-agent", help="User-Agent header")
     p.add_argument("--allow-net", action="append", dest="allow_networks", metavar="CIDR",
                    help="a network that may be fetched although not public (repeatable)")
@@ -96,7 +99,7 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
     names = ("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards", "allow_domains",
              "user_agent", "redis_url", "allow_networks", "resolve", "sitemaps", "obey_robots", "extract",
              "allow_urls", "deny_urls", "follow_nofollow", "spider", "spider_args", "auth", "session_headers",
-             "cookies")
+             "cookies", "noise_links")
     given = {**{n: getattr(args, n, None) for n in names}, **extra}
     for name in _TEXT_FLAGS:
         if isinstance(given.get(name), str):
@@ -558,7 +561,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--spider", metavar="SPIDER", help="with --shop: your spider instead of the example")
     for name in ("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards", "allow_domains",
                  "user_agent", "redis_url", "allow_networks", "resolve", "sitemaps", "obey_robots", "extract",
-                 "allow_urls", "deny_urls", "follow_nofollow"):
+                 "allow_urls", "deny_urls", "follow_nofollow", "noise_links"):
         d.set_defaults(**{name: None})
     d.set_defaults(func=cmd_demo)
 

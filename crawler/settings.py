@@ -98,6 +98,7 @@ class Settings:
     secrets_file: str = _s("", "Worker: a file of NAME=value lines (mode 600) holding the secrets jobs name, after CRAWLER_SECRET_<NAME> variables")
     max_items_per_page: int = _s(1000, "Items stored from one page at most; more are counted `items_capped`", job=True)
     max_item_bytes: int = _s(1_000_000, "Bytes of one page's items (as JSON) at most; the items past it are counted `items_capped`", job=True)
+    noise_links: str = _s("follow", "`skip`: links in blocks mostly made of link text (navigation, footers, tag clouds) or whose URL clusters with such links on the same site are not followed, counted `links_noise_block` and `links_noise_pattern`; the page's stored outlinks keep them. `follow`: off", job=True)
     user_agent: str = _s("crawler/0.1 (+https://example.invalid/bot)", "User-Agent header sent with every request", job=True)
     fetch_batch: int = _s(32, "URLs per fetch task at most", job=True)
     connect_timeout: float = _s(5.0, "Seconds to open a connection", job=True)
@@ -314,6 +315,8 @@ def _check_field(f: dataclasses.Field[Any], value: Any) -> None:
             raise _bad(name, "must be auto, bloom or set", value)
         if name == "extract" and value not in EXTRACT_FORMATS:
             raise _bad(name, "must be text or markdown (empty: off)", value)
+        if name == "noise_links" and value not in ("follow", "skip"):
+            raise _bad(name, "must be follow or skip", value)
     elif kind is list:
         if not isinstance(value, (list, tuple)):
             raise _bad(name, "must be a list", value)

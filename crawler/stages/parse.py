@@ -9,6 +9,7 @@ from typing import Any
 from crawler import jobs
 from crawler.dedup.simhash import simhash
 from crawler.errors import BadURL
+from crawler.extract import noisefilter
 from crawler.extract.maintext import Format, MainText, extract_main_text
 from crawler.jobs import Job
 from crawler.messages import FetchedPage, LinkGroup, groups_to_json
@@ -45,7 +46,9 @@ def parse_stage(ctx: Context, job: Job, token: str,
     bodies, failed_bodies = fetched[:len(want)], fetched[len(want):]
     batches: dict[int, list[LinkGroup]] = defaultdict(list)
     bad = fragment = not_http = out_of_scope = near = capped = dropped = query_traps = 0
-    nofollow_links = denied = 0
+    nofollow_links = denied = noise_block = noise_pattern = 0
+    # page URL -> the outlinks to follow, when noise_links=skip (outlinks themselves stay complete)
+    unnoisy: dict[str, set[str]] = {}
     patterns = url_patterns(s.allow_urls, s.deny_urls)
     annotated: dict[str, FetchedPage] = {}
     nofollows: dict[str, bool] = {}
@@ -87,6 +90,11 @@ def parse_stage(ctx: Context, job: Job, token: str,
         if spider_items is not None:
             annotated[page.url] = dataclasses.replace(annotated[page.url], items=spider_items, items_parsed=True)
         nofollows[page.url] = parsed.nofollow
+        if s.noise_links == "skip" and not parsed.nofollow:
+            kept, noise = noisefilter.filter_noise(parsed, outlinks, job.id, noisefilter.CLUSTERS, s.max_url_length)
+            unnoisy[page.url] = set(kept)
+            noise_block += noise.block
+            noise_pattern += noise.pattern
         if s.extract:
             annotated[page.url] = with_main_text(annotated[page.url], body, s.extract, extracted)
     for page, maybe_body in zip(failed, failed_bodies, strict=True):
@@ -125,7 +133,10 @@ def parse_stage(ctx: Context, job: Job, token: str,
             query_traps += 1
             continue
         by_shard: dict[int, list[str]] = defaultdict(list)
+        keep = unnoisy.get(page.url)
         for link in page.outlinks:
+            if keep is not None and link not in keep:
+                continue
             if job.allowed and domain_of(link) not in job.allowed:
                 out_of_scope += 1
                 continue
@@ -143,6 +154,7 @@ def parse_stage(ctx: Context, job: Job, token: str,
                near_duplicates=near, skipped_unchanged=sum(1 for p in pages if p.unchanged),
                body_lost=len(lost), links_capped=capped, links_dropped=dropped,
                links_nofollow=nofollow_links, links_denied_pattern=denied, links_denied_spider=denied_spider,
+               links_noise_block=noise_block, links_noise_pattern=noise_pattern,
                items=sum(len(p.items) for p in annotated.values()), **hooks,
                **{"dropped_trap:near_duplicate_query": query_traps}, **extracted)
     jobs.count_cycle(ctx.redis, job.id, pages[0].cycle if pages else 0, parsed=len(annotated))

@@ -45,11 +45,12 @@ def _sentence(rng: random.Random, words: int) -> str:
     return s[0].upper() + s[1:] + "."
 
 
-def noisy_page(n: int, paragraphs: int = 12, script_kb: int = 0, related: int = 0) -> NoisyPage:
+def noisy_page(n: int, paragraphs: int = 12, script_kb: int = 0, related: int = 0, pages: int = 10_000) -> NoisyPage:
     """Page ``n`` (deterministic in ``n``): ``paragraphs`` paragraphs of about 60 words, every
     other one with an inline content link; ``script_kb`` KB of inline script in the head, as real
     pages carry (it changes the size, not the text); ``related`` "related stories" cards in the
-    sidebar (noise: a link list), which give the page the element count of a real one."""
+    sidebar (noise: a link list), which give the page the element count of a real one. Article
+    links (content and related) point at ``/p/N.html`` for N below ``pages``."""
     rng = random.Random(n)
     title = f"Report {n}: " + _sentence(rng, 5)[:-1]
     content: list[str] = []
@@ -78,7 +79,7 @@ def noisy_page(n: int, paragraphs: int = 12, script_kb: int = 0, related: int = 
         if k == paragraphs // 2:
             out.append(f"<h2>Part two of report {n}</h2>")
         if k % 2 == 0:
-            target = rng.randrange(10_000)
+            target = rng.randrange(pages)
             href = f"/p/{target}.html"
             content.append(href)
             anchor = _sentence(rng, 3)[:-1].lower()
@@ -97,7 +98,7 @@ def noisy_page(n: int, paragraphs: int = 12, script_kb: int = 0, related: int = 
     if related:
         out.append('<div class="related"><h3>Related stories</h3>')
         for _ in range(related):
-            href = f"/p/{rng.randrange(10_000)}.html"
+            href = f"/p/{rng.randrange(pages)}.html"
             noise.append(href)
             out.append(f'<div class="card"><div class="thumb"><img src="/img/{rng.randrange(999)}.jpg" alt=""></div>'
                        f'<h4><a href="{href}">{escape(_sentence(rng, 6)[:-1])}</a></h4>'
@@ -110,3 +111,26 @@ def noisy_page(n: int, paragraphs: int = 12, script_kb: int = 0, related: int = 
         out.append(f'<li><a href="{href}">{text}</a></li>')
     out.append("</ul></footer></body></html>")
     return NoisyPage("\n".join(out).encode("utf-8"), title, tuple(texts), tuple(content), tuple(noise))
+
+
+NOISE_PATHS = ("/", *(f"/section/{s}/" for s in _SECTIONS), *(f"/tag/{t}" for t in _TAGS),
+               "/share?via=mail", "/share?via=print", *(href for _text, href in _FOOTER))
+
+
+def plain_page(path: str) -> bytes:
+    """What a noise link leads to: a page with a title and no links, so that following it is
+    observable (it is stored) and leads nowhere further."""
+    return (f"<!doctype html><html><head><title>{escape(path)}</title></head>"
+            f"<body><p>The page at {escape(path)}.</p></body></html>").encode()
+
+
+def content_reachable(start: int, pages: int, **kw: int) -> set[int]:
+    """The article numbers reachable from article ``start`` by content links alone."""
+    seen, todo = {start}, [start]
+    while todo:
+        for href in noisy_page(todo.pop(), pages=pages, **kw).content_links:
+            k = int(href[len("/p/"):-len(".html")])
+            if k not in seen:
+                seen.add(k)
+                todo.append(k)
+    return seen

@@ -19,6 +19,7 @@ from html import escape
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+from crawler.testweb import noisy
 from crawler.testweb.model import Link, WebModel
 
 Handler = Callable[[BaseHTTPRequestHandler], None]
@@ -52,11 +53,14 @@ class TestWeb:
     __test__ = False  # not a pytest test class
 
     def __init__(self, model: WebModel, *, base_ip: str = "127.0.1.", first: int = 1, filler: int = 0,
-                 articles: bool = False) -> None:
+                 articles: bool = False, noisy: int = 0) -> None:
         self.model = model
         self.ips = [f"{base_ip}{first + i}" for i in range(model.sites)]
         self.filler = filler  # bytes of padding text per page, for realistic sizes
         self.articles = articles  # each page carries an article (heading, paragraphs): main text to extract
+        # site 0 serves instead noisy articles /p/0.html../p/{noisy-1}.html (crawler.testweb.noisy) and
+        # plain pages at their nav, tag, share and footer links
+        self.noisy = noisy
         self.conditional = True  # answer If-None-Match / If-Modified-Since with 304
         self.log: list[Hit] = []
         self._lock = threading.Lock()
@@ -208,6 +212,9 @@ class TestWeb:
                 if custom is not None:
                     custom(self)
                     return
+                if web.noisy and site == 0:
+                    self._noisy(path)
+                    return
                 page = web.model.pages.get((site, path))
                 if page is None or page.status != 200:
                     self._send(404 if page is None else page.status, b"<html><title>missing</title></html>")
@@ -221,6 +228,16 @@ class TestWeb:
                     self._send(304, b"", headers=validators)
                     return
                 self._send(200, body, headers=validators)
+
+            def _noisy(self, path: str) -> None:
+                if path in noisy.NOISE_PATHS:
+                    self._send(200, noisy.plain_page(path))
+                    return
+                num = path[len("/p/"):-len(".html")] if path.startswith("/p/") and path.endswith(".html") else ""
+                if num.isdigit() and int(num) < web.noisy:
+                    self._send(200, noisy.noisy_page(int(num), pages=web.noisy).html)
+                    return
+                self._send(404, b"<html><title>missing</title></html>")
 
             def _send(self, status: int, body: bytes, ctype: str = "text/html; charset=utf-8",
                       headers: list[tuple[str, str]] | None = None) -> None:
