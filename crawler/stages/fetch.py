@@ -18,7 +18,7 @@ from crawler.politeness import blocked_result
 from crawler.retrypolicy import RetryPolicy
 from crawler.stages.context import Context
 from crawler.stages.dedup import dedup_stage
-from crawler.stages.session import REFETCH_AFTER, open_session
+from crawler.stages.session import REFETCH_AFTER, open_session, spider_headers
 from crawler.store import StoreUnavailable
 from crawler.urls import domain_of, host_key
 
@@ -59,10 +59,12 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     # Revisits are conditional: what the last visit stored goes back as validators.
     previous = _previous(ctx, job, go) if cycle > 1 and go else {}
     validators = ctx.politeness.validators(previous)
-    session = open_session(ctx, job, ctx.spider(job), fetcher, config, rt.run) if go else None
-    if session is not None:
-        for url, extra in session.first_hop_headers(go).items():
-            validators[url] = [*validators.get(url, []), *extra]
+    spider = ctx.spider(job)
+    session = open_session(ctx, job, spider, fetcher, config, rt.run) if go else None
+    hook_counts: Counter[str] = Counter()
+    extra_headers = session.first_hop_headers(go) if session is not None else spider_headers(spider, go, hook_counts)
+    for url, extra in extra_headers.items():
+        validators[url] = [*validators.get(url, []), *extra]
     hops = session.hops if session is not None else None
     fetched = dict(zip(go, rt.run(fetcher.fetch_many(go, config, check, validators, hops)), strict=True)) if go else {}
     results = [fetched.get(e.url) or blocked_result(e.url, blocked[e.url]) for e in todo]
@@ -105,6 +107,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     if session is not None:
         session.finish(now)
         jobs.count(pipe, job.id, **session.counts)
+    jobs.count(pipe, job.id, **hook_counts)
     delays = ctx.politeness.delay_updates(job, results, policies)
     ctx.frontier.set_host_delays(job.id, delays, pipe)
     ctx.frontier.count_hosts(job.id, host_fetched, host_errors, pipe)

@@ -38,6 +38,23 @@ def logs_in(spider: Spider | None) -> bool:
     return spider is not None and overrides(spider, "login")
 
 
+def spider_headers(spider: Spider | None, urls: Sequence[str],
+                   counts: Counter[str]) -> dict[str, list[tuple[str, str]]]:
+    """The spider's own request headers per URL (its ``headers`` hook; with or without a session).
+    A hook that raises is counted ``spider_error`` and that URL is fetched without them."""
+    if spider is None or not overrides(spider, "headers"):
+        return {}
+    out: dict[str, list[tuple[str, str]]] = {}
+    for url in urls:
+        try:
+            out[url] = [(str(k), str(v)) for k, v in spider.headers(url).items()]
+        except Exception:
+            counts["spider_error"] += 1
+            counts["spider_error:headers"] += 1
+            log.exception("spider %s: headers raised on %s", type(spider).__qualname__, url)
+    return out
+
+
 def uses_session(job: Job, spider: Spider | None) -> bool:
     s = job.settings
     return bool(s.cookies or s.auth or s.session_headers or logs_in(spider))
@@ -58,18 +75,7 @@ class JobSession:
 
     def first_hop_headers(self, urls: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
         """The spider's own headers per URL (its ``headers`` hook)."""
-        spider = self.spider
-        if spider is None or not overrides(spider, "headers"):
-            return {}
-        out: dict[str, list[tuple[str, str]]] = {}
-        for url in urls:
-            try:
-                out[url] = [(str(k), str(v)) for k, v in spider.headers(url).items()]
-            except Exception:
-                self.counts["spider_error"] += 1
-                self.counts["spider_error:headers"] += 1
-                log.exception("spider %s: headers raised on %s", type(spider).__qualname__, url)
-        return out
+        return spider_headers(self.spider, urls, self.counts)
 
     def ended(self, entry: Entry, result: FetchResult) -> bool:
         """Did this response come back because the session is over? (the spider's
