@@ -13,7 +13,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -319,32 +319,29 @@ def _paged(rows: Iterator[dict[str, Any]], offset: int, limit: int) -> list[dict
     return list(itertools.islice(rows, offset, offset + limit))
 
 
-def dead_links(r: Redis, job_id: str, offset: int = 0, limit: int = 100,
-               store_url: str | None = None) -> list[dict[str, Any]]:
+def _store_rows(r: Redis, job_id: str, store_url: str | None, rows: Callable[[PageStore], Iterator[dict[str, Any]]],
+                offset: int, limit: int) -> list[dict[str, Any]]:
     store = _store_of(r, job_id, store_url)
     try:
-        rows = ({"url": u, "status": s, "linked_from": refs} for u, s, refs in store.dead_links(job_id))
-        return _paged(rows, offset, limit)
+        return _paged(rows(store), offset, limit)
     finally:
         store.close()
+
+
+def dead_links(r: Redis, job_id: str, offset: int = 0, limit: int = 100,
+               store_url: str | None = None) -> list[dict[str, Any]]:
+    return _store_rows(r, job_id, store_url, lambda store: (
+        {"url": u, "status": s, "linked_from": refs} for u, s, refs in store.dead_links(job_id)), offset, limit)
 
 
 def pages(r: Redis, job_id: str, offset: int = 0, limit: int = 100,
           store_url: str | None = None) -> list[dict[str, Any]]:
-    store = _store_of(r, job_id, store_url)
-    try:
-        return _paged(store.pages(job_id), offset, limit)
-    finally:
-        store.close()
+    return _store_rows(r, job_id, store_url, lambda store: store.pages(job_id), offset, limit)
 
 
 def items(r: Redis, job_id: str, offset: int = 0, limit: int = 100,
           store_url: str | None = None) -> list[dict[str, Any]]:
-    store = _store_of(r, job_id, store_url)
-    try:
-        return _paged(store.items(job_id), offset, limit)
-    finally:
-        store.close()
+    return _store_rows(r, job_id, store_url, lambda store: store.items(job_id), offset, limit)
 
 
 def logs(r: Redis, job_id: str, after: str = "", level: str = "INFO", limit: int = 100) -> list[dict[str, Any]]:

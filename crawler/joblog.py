@@ -62,14 +62,13 @@ def _entry(entry_id: Any, fields: Any) -> dict[str, Any]:
             "by": f.get("by", "")}
 
 
-def read(redis: Redis, job_id: str, *, after: str = "0", level: str = "INFO", limit: int = 100) -> list[dict[str, Any]]:
-    """Up to ``limit`` entries after the stream id ``after`` ("0": from the oldest kept), at
-    ``level`` or above, oldest first. Pass the last entry's ``id`` back as ``after`` to page on."""
+def _collect(batches: Callable[[str], Any], start: str, level: str, limit: int) -> list[dict[str, Any]]:
+    """Entries at ``level`` or above from ``batches(bound)`` (one XRANGE or XREVRANGE page from
+    ``bound`` on, each next page from just past the last id), until ``limit`` or the end."""
     floor = level_number(level)
     out: list[dict[str, Any]] = []
-    start = f"({after}" if after not in ("0", "-", "") else "-"
     while len(out) < limit:
-        batch = redis.xrange(keys.job_log(job_id), min=start, max="+", count=max(limit, 100))
+        batch = batches(start)
         if not batch:
             break
         for entry_id, fields in batch:
@@ -82,23 +81,18 @@ def read(redis: Redis, job_id: str, *, after: str = "0", level: str = "INFO", li
     return out
 
 
+def read(redis: Redis, job_id: str, *, after: str = "0", level: str = "INFO", limit: int = 100) -> list[dict[str, Any]]:
+    """Up to ``limit`` entries after the stream id ``after`` ("0": from the oldest kept), at
+    ``level`` or above, oldest first. Pass the last entry's ``id`` back as ``after`` to page on."""
+    key, count = keys.job_log(job_id), max(limit, 100)
+    start = f"({after}" if after not in ("0", "-", "") else "-"
+    return _collect(lambda lo: redis.xrange(key, min=lo, max="+", count=count), start, level, limit)
+
+
 def tail(redis: Redis, job_id: str, *, level: str = "INFO", limit: int = 100) -> list[dict[str, Any]]:
     """The newest ``limit`` entries at ``level`` or above, oldest first."""
-    floor = level_number(level)
-    out: list[dict[str, Any]] = []
-    end = "+"
-    while len(out) < limit:
-        batch = redis.xrevrange(keys.job_log(job_id), max=end, min="-", count=max(limit, 100))
-        if not batch:
-            break
-        for entry_id, fields in batch:
-            e = _entry(entry_id, fields)
-            if LEVELS.get(e["level"], 20) >= floor:
-                out.append(e)
-                if len(out) >= limit:
-                    break
-        end = f"({text(batch[-1][0])}"
-    return out[::-1]
+    key, count = keys.job_log(job_id), max(limit, 100)
+    return _collect(lambda hi: redis.xrevrange(key, max=hi, min="-", count=count), "+", level, limit)[::-1]
 
 
 def follow(redis: Redis, job_id: str, *, after: str = "$", level: str = "INFO", block: float = 1.0,

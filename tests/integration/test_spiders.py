@@ -9,7 +9,6 @@ import io
 import json
 import os
 import textwrap
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from crawler.settings import Settings
 from crawler.store import open_store
 from crawler.testweb import TestWeb
 from crawler.testweb.catalogue import Catalogue
-from tests.conftest import Workers
+from tests.conftest import Workers, wait_done
 from tests.integration.test_crawl import ROOT, cli, no_private_redis_env
 from tests.spiders.flaky import unlucky
 
@@ -129,16 +128,6 @@ def _spider_file(path: Path, version: str) -> Path:
     return path
 
 
-def _stopped(r: redis.Redis, job_id: str, timeout: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        st = jobs.status(r, job_id)
-        if st["status"] in jobs.FINISHED:
-            return st
-        time.sleep(0.2)
-    raise AssertionError(f"job {job_id} still {jobs.status(r, job_id)['status']}")
-
-
 def test_a_worker_without_the_jobs_spider_stops_the_job(make_web: Callable[..., TestWeb], tmp_path: Path,
                                                         workers: Workers, r: redis.Redis, redis_url: str) -> None:
     _, _, origin = _catalogue(make_web)
@@ -148,7 +137,7 @@ def test_a_worker_without_the_jobs_spider_stops_the_job(make_web: Callable[..., 
     missing = jobs.submit(r, settings, [origin + "/"])
     spider.unlink()  # submitted from a machine that has it; this worker's machine does not
     workers.start("w", "shard-0,shared")
-    st = _stopped(r, missing)
+    st = wait_done(r, missing, timeout=60)
     assert st["status"] == jobs.STOPPED
     assert "does not exist on this machine" in st["error"], st["error"]
     assert st["counters"]["spider_unavailable"] >= 1
@@ -164,7 +153,7 @@ def test_a_spider_of_another_version_is_refused(tmp_path: Path, workers: Workers
     job = jobs.submit(r, settings, [origin + "/"])
     _spider_file(spider, "2")
     workers.start("w", "shard-0,shared")
-    st = _stopped(r, job)
+    st = wait_done(r, job, timeout=60)
     assert "is version 2 on this worker, but the job was submitted with version 1" in st["error"], st["error"]
 
 
