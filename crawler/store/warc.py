@@ -13,8 +13,10 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+import zlib
 from datetime import UTC, datetime
 from io import BytesIO, FileIO
+from typing import Any
 from urllib.parse import urlsplit
 
 from warcio.statusandheaders import StatusAndHeaders
@@ -23,6 +25,19 @@ from warcio.warcwriter import WARCWriter
 from crawler.store.base import PageRecord, StoreUnavailable
 
 _NS = uuid.UUID("6b1f3c1e-7d0a-4c59-9a55-2f3e0c1d4b7a")
+
+
+# warcio compresses at level 9, which cost 0.47 ms of a 20 KB page's 0.7 ms of WARC writing; level
+# 4 costs 0.26 ms for files 1.7% larger (measured on the benchmark's pages).
+GZIP_LEVEL = 4
+
+
+def _member(record: Any) -> bytes:
+    """One record as its own gzip member, as WARC readers expect (each record seekable)."""
+    raw = BytesIO()
+    WARCWriter(raw, gzip=False).write_record(record)
+    z = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, zlib.MAX_WBITS + 16)
+    return z.compress(raw.getbuffer()) + z.flush()
 
 
 class WarcFiles:
@@ -57,8 +72,7 @@ class WarcFiles:
               response_headers: list[tuple[str, str]], body: bytes) -> None:
         if rec.status is None:
             return  # nothing came back: there is no exchange to archive
-        buf = BytesIO()
-        writer = WARCWriter(buf, gzip=True)
+        writer = WARCWriter(BytesIO(), gzip=False)
         target = rec.final_url or rec.url
         date = datetime.fromtimestamp(rec.fetched_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         resp_id = f"<urn:uuid:{uuid.uuid5(_NS, f'{rec.job_id} {rec.url} {rec.fetch_id} response')}>"
@@ -76,9 +90,7 @@ class WarcFiles:
             http_headers=StatusAndHeaders(f"GET {path} {http_version}", request_headers, is_http_request=True),
             warc_headers_dict={"WARC-Record-ID": req_id, "WARC-Date": date, "WARC-Concurrent-To": resp_id},
         )
-        writer.write_record(request)
-        writer.write_record(response)
-        self._append(buf.getbuffer())
+        self._append(memoryview(_member(request) + _member(response)))
 
     def _append(self, data: memoryview) -> None:
         fh = self._open()
