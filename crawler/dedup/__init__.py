@@ -50,6 +50,11 @@ def _admit(frontier: Frontier, job_id: str, entries: Sequence[Entry], token: str
            seen: SeenSet, cache_space: str, part: int | None = None, last: bool = True) -> tuple[list[str], int]:
     hits = 0
     space = cache_space or job_id
+    if cache is not None and token and seen.answered(token):
+        # An earlier run of this batch set the filter's bits and died before queueing: another
+        # batch here may since have found those URLs "seen" and cached them, but only this
+        # batch's memo says they are still to be queued.
+        cache = None
     if cache is not None:
         fresh = [e for e in entries if not cache.seen(f"{space} {e.url}")]
         hits = len(entries) - len(fresh)

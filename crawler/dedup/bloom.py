@@ -217,6 +217,10 @@ class BloomSeen:
         return int(self.redis.hget(self.meta, f"n:{layer}") or 0)
 
     # -- the seam ----------------------------------------------------------------------------
+    def has_memo(self, token: str) -> bool:
+        """Did a run of the batch ``token`` already get its answers (kept to give them again)?"""
+        return bool(token) and bool(self.redis.exists(keys.bloom_memo(self.job, token)))
+
     def add_many(self, urls: Sequence[str], token: str = "") -> list[str]:
         """Add the URLs; return those that were not in the filter before, in order. With a
         ``token``, calling again with the same token and URLs returns the same answer (a

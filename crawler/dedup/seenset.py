@@ -34,6 +34,12 @@ class SeenSet(Protocol):
         admitted once: delivered again, it queues nothing and marks nothing."""
         ...
 
+    def answered(self, token: str) -> bool:
+        """Has an earlier run of the batch ``token`` been told what is new, without its URLs
+        being queued yet? Then a process's local cache must not filter the batch: the cache
+        may hold those URLs as seen only because that run's answer marked them."""
+        ...
+
     def mark_skipped(self, urls: Sequence[str]) -> None:
         """Mark pages not due this cycle as seen, so links to them are not followed."""
         ...
@@ -61,6 +67,9 @@ class ExactSeen:
         queued = self.frontier.admit(self.job_id, entries, s.shards, token=token, part=part, last=last,
                                      budget=s.max_pages, max_depth=s.max_depth, host_budget=s.max_pages_per_host)
         return Admission(queued, 0)  # the admit script counts the exact set's own duplicates
+
+    def answered(self, token: str) -> bool:
+        return False  # the admit script decides and queues in one step: nothing is half done
 
     def mark_skipped(self, urls: Sequence[str]) -> None:
         # ``s``: skipped as not due this cycle (see the admit script's markers).
@@ -99,6 +108,11 @@ class BloomSeenSet:
                                      trusted=True, part=part, last=last, budget=s.max_pages, max_depth=s.max_depth,
                                      host_budget=s.max_pages_per_host)
         return Admission(queued, len(entries) - len(new))
+
+    def answered(self, token: str) -> bool:
+        # Its bits were set (and its answers kept) but the batch is still pending: a worker died
+        # between the filter and the frontier, and the same batch is here again.
+        return self.bloom.has_memo(token)
 
     def mark_skipped(self, urls: Sequence[str]) -> None:
         self.bloom.add_many(urls)

@@ -164,3 +164,29 @@ def test_a_run_that_finds_the_batch_in_a_frozen_layer_takes_the_memo(
     assert len(reads) == 2
     monkeypatch.undo()
     assert bloom.add_many(batch, token="t2") == []
+
+
+def test_a_batch_sent_again_after_a_crash_is_not_filtered_by_the_local_cache(r: redis.Redis) -> None:
+    """Run A of batch T sets u's bits (and T's memo), then its worker dies before the frontier
+    queues u. Another batch in this process finds u "seen" by those bits and caches it. When T
+    comes again here (its message redelivered, or sent again by the dispatcher), the cache must
+    not drop u: only T's memo says it is still to be queued. Found by the chaos test (one page of
+    2,000 never fetched)."""
+    from crawler import jobs
+    from crawler.dedup import SeenCache, admit_links, seen_set
+    from crawler.dedup.seenset import BloomSeenSet
+    from crawler.frontier import Entry, Frontier
+    from crawler.settings import Settings
+
+    settings = Settings.from_env(dedup="bloom", shards=1, store="")
+    job = jobs.submit(r, settings, ["http://127.0.1.1/"])
+    frontier = Frontier(r)
+    frontier.expect(job, ["T", "T2"])
+    seen = seen_set(r, frontier, job, settings)
+    u = Entry("http://127.0.1.1/u")
+    assert isinstance(seen, BloomSeenSet)
+    assert seen.bloom.add_many([u.url], token="T") == [u.url]  # run A, then its worker died
+    cache = SeenCache(100)
+    assert admit_links(r, frontier, job, settings, [u], token="T2", cache=cache, seen=seen)[0] == []
+    queued, _ = admit_links(r, frontier, job, settings, [u], token="T", cache=cache, seen=seen)
+    assert queued == [u.url]
