@@ -57,6 +57,8 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-host", metavar="N", help="requests in flight per host (default 1)")
     p.add_argument("--concurrency", metavar="N", help="requests in flight in total")
     p.add_argument("--shards", metavar="N", help="number of shards")
+    p.add_argument("--host-queue-cap", metavar="N",
+                   help="URLs one host's queue holds in Redis at most; the rest wait in the store (0: no cap)")
     p.add_argument("--allow-domain", action="append", dest="allow_domains", metavar="DOMAIN",
                    help="registered domain in scope (repeatable; default: the seeds' domains); given, these "
                         "replace the seeds' own domains rather than add to them, so list those too to keep them")
@@ -92,14 +94,14 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--redis-url", help="Redis to use (default: $CRAWLER_REDIS_URL, or a private one for crawl)")
 
 
-_TEXT_FLAGS = ("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards", "workers")
+_TEXT_FLAGS = ("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards", "workers", "host_queue_cap")
 
 
 def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
     names = ("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards", "allow_domains",
              "user_agent", "redis_url", "allow_networks", "resolve", "sitemaps", "obey_robots", "extract",
              "allow_urls", "deny_urls", "follow_nofollow", "spider", "spider_args", "auth", "session_headers",
-             "cookies", "noise_links")
+             "cookies", "noise_links", "host_queue_cap")
     given = {**{n: getattr(args, n, None) for n in names}, **extra}
     for name in _TEXT_FLAGS:
         if isinstance(given.get(name), str):
@@ -230,6 +232,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"job {st['id']}: {st['status']}  ({_summary(st)})")
     if st.get("error"):
         print(f"  error: {redact(st['error'])}")
+    print(f"  queued: {st['queued_in_redis']} in Redis, {st['queued_in_store']} in the store")
     for line in takeover.describe(shard_states, heard_any=bool(nodes.nodes(client))):
         print(f"  {line}")
     if st.get("store_error"):
@@ -242,9 +245,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if c.get("cache_lookups"):
         print(f"  {'local cache hit rate':24} {c.get('cache_hits', 0) / c['cache_lookups']:.1%}")
     if hosts is not None:
-        print(f"  {'host':40} {'delay s':>8} {'in flight':>9} {'queued':>7}")
+        print(f"  {'host':40} {'delay s':>8} {'in flight':>9} {'queued':>7} {'in store':>8}")
         for h in hosts:
-            print(f"  {h['host']:40} {h['delay']:8.3f} {h['inflight']:9d} {h['queued']:7d}")
+            print(f"  {h['host']:40} {h['delay']:8.3f} {h['inflight']:9d} {h['queued']:7d} {h['queued_in_store']:8d}")
     return 0
 
 

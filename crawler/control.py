@@ -240,7 +240,7 @@ def hosts(r: Redis, job_id: str, sort: str = "queued", desc: bool = True, offset
 
 def _host_row(h: HostStats, default: float) -> dict[str, Any]:
     o = h.override
-    return {"host": h.host, "queued": h.queued, "inflight": h.inflight,
+    return {"host": h.host, "queued": h.queued, "queued_in_store": h.in_store, "inflight": h.inflight,
             "delay": default if h.delay is None else h.delay, "fetched": h.fetched, "errors": h.errors,
             "admitted": h.admitted,
             "override": None if o is None else {k: v for k, v in asdict(o).items() if v is not None}}

@@ -127,16 +127,21 @@ def status(redis: Redis, job_id: str) -> dict[str, Any]:
     if "settings" in out:  # a job submitted before passwords were stripped may still hold one
         out["settings"] = redact_settings_json(out["settings"])
     out["counters"] = {k.decode(): int(v) for k, v in sorted(cnt.items())}
+    c = out["counters"]
+    # Where the job's waiting URLs are: host queues in Redis hold at most host_queue_cap each,
+    # the rest wait in the store's frontier table (crawler.frontier.spill).
+    out["queued_in_redis"] = c.get("queued", 0)
+    out["queued_in_store"] = c.get("spilled", 0) - c.get("refilled", 0)
     if store_down:
         out["store_error"] = storeretry.current(redis, job_id)
     return out
 
 
 def hosts(redis: Redis, job_id: str) -> list[dict[str, Any]]:
-    """Per host: current delay, requests in flight, URLs queued."""
+    """Per host: current delay, requests in flight, URLs queued in Redis and in the store."""
     default = load(redis, job_id).settings.delay
     return [{"host": h.host, "delay": default if h.delay is None else h.delay, "inflight": h.inflight,
-             "queued": h.queued} for h in Frontier(redis).host_stats(job_id)]
+             "queued": h.queued, "queued_in_store": h.in_store} for h in Frontier(redis).host_stats(job_id)]
 
 
 def stop(redis: Redis, job_id: str, error: str = "", by: str = "") -> None:

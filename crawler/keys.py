@@ -152,6 +152,27 @@ def host_admitted(job: str) -> str:
     return prefix(job) + "hostn"
 
 
+def spill_staged(job: str) -> str:
+    """URLs over their host's Redis queue cap, on their way to the store's frontier table:
+    ``"<seq> <host> <entry>"`` scored by when they were staged (crawler.frontier.spill)."""
+    return prefix(job) + "spill"
+
+
+def spill_seq(job: str) -> str:
+    """host -> the sequence number of its last URL sent to the store (never reused)."""
+    return prefix(job) + "spseq"
+
+
+def spill_refilled(job: str) -> str:
+    """host -> the sequence number of its last URL brought back from the store into its queue."""
+    return prefix(job) + "spref"
+
+
+def spill_lock(job: str) -> str:
+    """Held while a refill task for the job is on its way or running."""
+    return prefix(job) + "splock"
+
+
 def pending_links(job: str) -> str:
     """Link batches on their way to dedup, scored by when to send them again."""
     return prefix(job) + "pend"

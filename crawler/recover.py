@@ -133,6 +133,9 @@ def recover(redis: Redis, store: PageStore, job_id: str, now: float | None = Non
     older = [r for r in rows if s.periodic and r.cycle != cycle]
 
     _clear(redis, job_id)
+    # URLs that waited in the store's frontier table are found again below, from the stored
+    # pages' links, under new sequence numbers: the old rows would shadow them.
+    store.spill_clear(job_id)
     _write_meta(redis, job, definition, cycle, current, now)
     _restart_counters(redis, job, rows, current)
     stored_depth = {r.url: r.depth for r in current}

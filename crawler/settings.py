@@ -70,6 +70,7 @@ class Settings:
     extract: str = _s("", "Store each HTML page's main text (trafilatura) in the content table as `text` or `markdown` (empty: off)", job=True)
     local_cache_size: int = _s(100_000, "URLs each worker process remembers as seen, to skip Redis (0: off)")
     max_pages_per_host: int = _s(100_000, "Pages admitted per host at most: stops session-id and calendar traps that other rules miss; generous, so a real site is rarely cut (0: no limit)", job=True)
+    host_queue_cap: int = _s(2_000, "URLs one host's queue holds in Redis at most; the rest wait in the store's frontier table and come back as the queue runs low, so Redis memory grows with hosts, not URLs (0: no cap; a job without a store has none)", job=True)
     max_links_per_page: int = _s(5_000, "Links taken from one page at most (in document order); a page with more is counted `links_capped`, the rest `links_dropped` (0: no limit)", job=True)
     max_repeated_segments: int = _s(3, "URLs repeating one path segment more often are dropped as traps (0: no limit)", job=True)
     canonical_cache_size: int = _s(200_000, "Canonical URLs each worker process remembers, so repeated links skip recomputing (least recently used dropped first)")

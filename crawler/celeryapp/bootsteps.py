@@ -14,18 +14,23 @@ from celery import bootsteps
 
 from crawler.celeryapp.config import redis_url
 from crawler.celeryapp.signals import shards_of
-from crawler.celeryapp.tasks import dedup_task, fetch_task, send, send_shared, store_task
+from crawler.celeryapp.tasks import dedup_task, fetch_task, refill_task, send, send_shared, store_task
 from crawler.errors import Reason
 from crawler.frontier.dispatcher import IDLE_WAIT, Dispatcher
 from crawler.messages import failed_page
 from crawler.redisconn import check_version, connect
 from crawler.settings import Settings
+from crawler.sharding import queue_name
 
 log = logging.getLogger(__name__)
 
 
 def send_fetch(job_id: str, shard: int, token: str, entries: list[str]) -> None:
     send(fetch_task, shard, job_id, shard, token, entries)
+
+
+def send_refill(job_id: str, shard: int) -> None:
+    refill_task.apply_async(args=(job_id,), queue=queue_name(shard), routing_key=queue_name(shard))
 
 
 def send_failed(job_id: str, shard: int, token: str, entries: list[str]) -> None:
@@ -59,7 +64,7 @@ class DispatcherStep(bootsteps.StartStopStep):
         beats = not (getattr(worker, "options", None) or {}).get("without_heartbeat", False)
         takeover_after = Settings.from_env().takeover_after if beats else 0
         self.dispatcher = Dispatcher(client, shards, send_fetch, send_failed, send_links,
-                                     takeover_after=takeover_after)
+                                     takeover_after=takeover_after, send_refill=send_refill)
         self.thread = threading.Thread(target=self.dispatcher.run, name="crawler-dispatcher", daemon=True)
         self.thread.start()
         log.info("dispatcher started for shards %s", shards)

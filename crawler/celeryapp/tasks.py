@@ -164,6 +164,23 @@ def dedup_task(self: Task[Any, Any], job_id: str, token: str, links: list[Any]) 
         stages.dedup_stage(ctx, jobs.load(ctx.redis, job_id), token, groups)
 
 
+@app.task(name="crawler.refill", base=CrawlTask, bind=True)
+def refill_task(self: Task[Any, Any], job_id: str) -> None:
+    """Sent by a dispatcher while the job has URLs in its store's frontier table."""
+    ctx = context(self.request.hostname)
+    try:
+        job = jobs.load(ctx.redis, job_id)
+        written, back = stages.refill_stage(ctx, job)
+        if written or back:
+            log.info("job %s: %d URLs to the store, %d back to their hosts' queues", job_id, written, back)
+    except KeyError:
+        return  # the job is gone
+    except StoreUnavailable as exc:
+        log.warning("job %s: refill waits for the store (%s)", job_id, exc)
+    finally:
+        ctx.frontier.end_refill(job_id)
+
+
 @app.task(name="crawler.store", base=CrawlTask, bind=True)
 def store_task(self: Task[Any, Any], job_id: str, shard: int, token: str, pages: list[dict[str, Any]]) -> None:
     got = _pages_message(self, job_id, pages)

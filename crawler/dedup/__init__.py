@@ -12,6 +12,7 @@ from crawler.dedup.bloom import BloomSeen
 from crawler.dedup.cache import SeenCache
 from crawler.dedup.seenset import SeenSet, seen_set
 from crawler.frontier import Entry, Frontier
+from crawler.frontier.core import Admitted
 from crawler.settings import Settings
 
 __all__ = ["ADMIT_CHUNK", "BloomSeen", "SeenCache", "SeenSet", "admit_links", "seen_set"]
@@ -24,7 +25,7 @@ ADMIT_CHUNK = 1000
 def admit_links(redis: Redis, frontier: Frontier, job_id: str, settings: Settings, entries: Sequence[Entry],
                 token: str = "", cache: SeenCache | None = None,
                 seen: SeenSet | None = None, cache_space: str = "",
-                chunk: int = ADMIT_CHUNK) -> tuple[list[str], int]:
+                chunk: int = ADMIT_CHUNK) -> tuple[Admitted, int]:
     """Queue the canonical entries this job has not seen. Returns (URLs queued, cache hits).
 
     ``seen`` (default: the one the job's settings name) decides what is new: see
@@ -35,19 +36,20 @@ def admit_links(redis: Redis, frontier: Frontier, job_id: str, settings: Setting
     seen = seen or seen_set(redis, frontier, job_id, settings)
     if len(entries) <= chunk:
         return _admit(frontier, job_id, entries, token, cache, seen, cache_space)
-    queued: list[str] = []
+    queued = Admitted()
     hits = 0
     parts = range(0, len(entries), chunk)
     for k, start in enumerate(parts):
         got, h = _admit(frontier, job_id, entries[start:start + chunk], token, cache, seen,
                         cache_space, part=k, last=k == len(parts) - 1)
         queued += got
+        queued.spilled += got.spilled
         hits += h
     return queued, hits
 
 
 def _admit(frontier: Frontier, job_id: str, entries: Sequence[Entry], token: str, cache: SeenCache | None,
-           seen: SeenSet, cache_space: str, part: int | None = None, last: bool = True) -> tuple[list[str], int]:
+           seen: SeenSet, cache_space: str, part: int | None = None, last: bool = True) -> tuple[Admitted, int]:
     hits = 0
     space = cache_space or job_id
     if cache is not None and token and seen.answered(token):
@@ -61,7 +63,7 @@ def _admit(frontier: Frontier, job_id: str, entries: Sequence[Entry], token: str
         entries = fresh
     admission = seen.admit(entries, token=token, part=part, last=last)
     if admission.ignored:
-        return [], hits
+        return Admitted(), hits
     frontier.count(job_id, duplicates=hits + admission.duplicates)
     if cache is not None:
         for e in entries:

@@ -13,12 +13,18 @@ from redis import Redis
 
 from crawler.dedup.bloom import BloomSeen
 from crawler.frontier import Entry, Frontier
+from crawler.frontier.core import Admitted
 from crawler.settings import Settings
+
+
+def queue_cap(settings: Settings) -> int:
+    """URLs a host's queue holds in Redis at most (0: no cap): the overflow needs a store."""
+    return settings.host_queue_cap if settings.store else 0
 
 
 @dataclass(frozen=True)
 class Admission:
-    queued: list[str]  # the URLs queued
+    queued: Admitted  # the URLs queued (and how many of them went to the store)
     duplicates: int  # entries found seen that the admit script does not count itself
     ignored: bool = False  # the batch is not pending: nothing was queued or marked seen
 
@@ -65,7 +71,8 @@ class ExactSeen:
               last: bool = True) -> Admission:
         s = self.settings
         queued = self.frontier.admit(self.job_id, entries, s.shards, token=token, part=part, last=last,
-                                     budget=s.max_pages, max_depth=s.max_depth, host_budget=s.max_pages_per_host)
+                                     budget=s.max_pages, max_depth=s.max_depth, host_budget=s.max_pages_per_host,
+                                     queue_cap=queue_cap(s))
         return Admission(queued, 0)  # the admit script counts the exact set's own duplicates
 
     def answered(self, token: str) -> bool:
@@ -100,13 +107,13 @@ class BloomSeenSet:
             # Admission would ignore this batch (admitted already, or from before a Redis loss
             # and `recover`); its URLs must not reach the filter either, or they would count as
             # seen with nothing queued.
-            return Admission([], 0, ignored=True)
+            return Admission(Admitted(), 0, ignored=True)
         by_url = {e.url: e for e in entries}
         new = set(self.bloom.add_many(list(by_url), token=token)) if by_url else set()
         s = self.settings
         queued = self.frontier.admit(self.job_id, [e for e in entries if e.url in new], s.shards, token=token,
                                      trusted=True, part=part, last=last, budget=s.max_pages, max_depth=s.max_depth,
-                                     host_budget=s.max_pages_per_host)
+                                     host_budget=s.max_pages_per_host, queue_cap=queue_cap(s))
         return Admission(queued, len(entries) - len(new))
 
     def answered(self, token: str) -> bool:

@@ -80,6 +80,7 @@ class HostStats:
     fetched: int = 0
     errors: int = 0
     override: HostOverride | None = None
+    in_store: int = 0  # URLs of the host waiting in the store's frontier table (or staged for it)
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,14 @@ class Reaped:
     returned: int
     token: str
     abandoned: list[tuple[Entry, int]]  # (entry, shard), leased under ``token``
+
+
+class Admitted(list[str]):
+    """The URLs an admission queued, and how many of them went to the store (``spilled``)
+    because their host's queue was full: a list, so callers that want only the URLs need not
+    know about the store."""
+
+    spilled: int = 0
 
 
 def new_token() -> str:
@@ -133,6 +142,8 @@ class Frontier:
         self._queue_lengths = redis.register_script(lua.QUEUE_LENGTHS)
         self._claim_cycle = redis.register_script(lua.CLAIM_CYCLE)
         self._run_cycle = redis.register_script(lua.RUN_CYCLE)
+        self._refill = redis.register_script(lua.REFILL)
+        self._spill_low = redis.register_script(lua.SPILL_LOW)
 
     def _call(self, script: Script, job: str, *args: str | int | float, client: Any = None) -> Any:
         """Run a frontier script for ``job``: KEYS ``lua.job_keys``, ARGV the key prefix, the job
@@ -141,7 +152,8 @@ class Frontier:
 
     def admit(self, job: str, entries: Sequence[Entry], shards: int, *, token: str = "",
               budget: int = 0, max_depth: int = 0, host_budget: int = 0, trusted: bool = False,
-              now: float | None = None, part: int | None = None, last: bool = True) -> list[str]:
+              now: float | None = None, part: int | None = None, last: bool = True,
+              queue_cap: int = 0) -> Admitted:
         """Queue the entries whose canonical URL this job has not seen; return those URLs.
 
         ``token`` names a link batch registered with ``expect``; a batch admitted once is
@@ -151,16 +163,19 @@ class Frontier:
         judged new already (by the Bloom filter); the exact seen hash is skipped.
         ``part``: these entries are part ``part`` of the batch ``token``, in parts of the same
         composition each time it is delivered; each is admitted once, and the ``last`` one,
-        called after all the others, ends the batch.
+        called after all the others, ends the batch. ``queue_cap`` (0: none) caps each host's
+        queue in Redis: the URLs over it are staged for the store (``crawler.frontier.spill``).
         """
         args: list[str | int | float] = [token, now or time.time(), budget, max_depth, host_budget, int(trusted),
-                                         "" if part is None else part, int(last)]
+                                         "" if part is None else part, int(last), queue_cap]
         # Hosts of a shard that is down queue on its backup (a stale view is swept: rebalance).
         down = liveshards.down(self.redis, shards)
         for e in entries:
             args += [e.url, host_key(e.url), shard_of_url(e.url, shards, down), e.encode()]
-        # ADMIT names its fixed keys from the prefix, not KEYS (see ``lua``).
-        return [text(u) for u in self._call(self._admit, job, *args)]
+        got = self._call(self._admit, job, *args)
+        out = Admitted(text(u) for u in got[0]) if got else Admitted()
+        out.spilled = int(got[1]) if got else 0
+        return out
 
     def pending(self, job: str, token: str) -> bool:
         """Whether link batch ``token`` is registered and not yet wholly admitted."""
@@ -274,6 +289,49 @@ class Frontier:
         """Hosts waiting in a shard's ready set (for status and tests)."""
         return int(self.redis.zcard(keys.ready(job, shard)))
 
+    # -- the store's share of the queues (``crawler.frontier.spill``) ------------------------
+
+    def staged(self, job: str, limit: int = 5000, older_than: float | None = None) -> list[tuple[str, str, int, str]]:
+        """URLs staged for the store, oldest first: (member, host, seq, entry). ``older_than``:
+        only those staged before then."""
+        hi: float | str = "+inf" if older_than is None else older_than
+        out = []
+        for raw in self.redis.zrangebyscore(keys.spill_staged(job), "-inf", hi, start=0, num=limit):
+            member = text(raw)
+            seq, host, entry = member.split(" ", 2)
+            out.append((member, host, int(seq), entry))
+        return out
+
+    def unstage(self, job: str, members: Sequence[str]) -> None:
+        """The staged URLs are in the store now."""
+        for i in range(0, len(members), 1000):
+            self.redis.zrem(keys.spill_staged(job), *members[i:i + 1000])
+
+    def hosts_to_refill(self, job: str, low: int) -> list[tuple[str, int, int]]:
+        """(host, refilled seq, sent seq) of hosts with URLs in the store and at most ``low`` in Redis."""
+        flat = self._call(self._spill_low, job, low)
+        return [(text(flat[i]), int(flat[i + 1]), int(flat[i + 2])) for i in range(0, len(flat), 3)]
+
+    def refill(self, job: str, host: str, shard: int, rows: Sequence[tuple[int, str]],
+               now: float | None = None) -> int:
+        """Queue the host's next URLs read back from the store, each once and in order (see
+        ``lua.REFILL``). Returns the host's refilled sequence number."""
+        flat = [x for seq, entry in rows for x in (seq, entry)]
+        return int(self._call(self._refill, job, now or time.time(), host, shard, *flat))
+
+    def start_refill(self, job: str, ttl: float) -> bool:
+        """True for the one caller that is to send the job's refill task now (the claim lapses
+        after ``ttl`` seconds, should the task be lost)."""
+        return bool(self.redis.set(keys.spill_lock(job), "1", nx=True, ex=max(1, int(ttl))))
+
+    def end_refill(self, job: str) -> None:
+        self.redis.delete(keys.spill_lock(job))
+
+    def spill_counts(self, job: str) -> tuple[int, int]:
+        """(URLs queued in Redis, URLs waiting in the store or on their way to it)."""
+        queued, spilled, refilled = self.redis.hmget(keys.counters(job), "queued", "spilled", "refilled")
+        return int(queued or 0), int(spilled or 0) - int(refilled or 0)
+
     # -- what other modules need of the frontier's records --------------------------------
 
     def active_jobs(self) -> list[str]:
@@ -295,10 +353,11 @@ class Frontier:
         budget is on, which counts every admission): a SCAN walks the whole keyspace."""
         pipe = self.redis.pipeline(transaction=False)
         for key in (keys.host_delays(job), keys.host_inflight(job), keys.host_admitted(job),
-                    keys.host_fetched(job), keys.host_errors(job), keys.host_overrides(job)):
+                    keys.host_fetched(job), keys.host_errors(job), keys.host_overrides(job),
+                    keys.spill_seq(job), keys.spill_refilled(job)):
             pipe.hgetall(key)
         raw = [{text(k): text(v) for k, v in h.items()} for h in pipe.execute()]
-        delays, inflight, admitted, fetched, errors, overrides = raw
+        delays, inflight, admitted, fetched, errors, overrides, sent, refilled = raw
         names = set().union(*raw)
         if scan_queues:
             cut = len(keys.host_queue(job, ""))
@@ -310,7 +369,8 @@ class Frontier:
         return [HostStats(h, float(delays[h]) if h in delays else None, int(inflight.get(h, 0)), int(q),
                           admitted=int(admitted.get(h, 0)), fetched=int(fetched.get(h, 0)),
                           errors=int(errors.get(h, 0)),
-                          override=HostOverride.decode(overrides[h]) if h in overrides else None)
+                          override=HostOverride.decode(overrides[h]) if h in overrides else None,
+                          in_store=int(sent.get(h, 0)) - int(refilled.get(h, 0)))
                 for h, q in zip(ordered, lengths, strict=True)]
 
     def count_hosts(self, job: str, fetched: Mapping[str, int], errors: Mapping[str, int], pipe: Any) -> None:

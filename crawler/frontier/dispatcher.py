@@ -30,6 +30,7 @@ SendFetch = Callable[[str, int, str, list[str]], None]  # (job, shard, token, en
 # (job, shard, token, entries): URLs out of attempts, to be stored as failed
 SendFailed = Callable[[str, int, str, list[str]], None]
 SendLinks = Callable[[str, int, str, list[Any]], None]  # (job, shard, link token, links)
+SendRefill = Callable[[str, int], None]  # (job, shard): URLs wait in the job's store
 
 IDLE_WAIT = 1.0  # longest sleep while jobs run: bounds how late an expired lease is noticed
 IDLE_SLEEP = 5.0  # sleep with no job running; admissions wake it at once, this bounds a lost wake
@@ -37,6 +38,10 @@ BUSY_WAIT = 0.05  # poll interval while a job's concurrency is spent
 LINGER = 0.005  # after a wake, let more completions arrive so batches fill
 BATCH_WINDOW = 0.03  # seconds; see Dispatcher._hold_for_batch
 REAP_EVERY = 1.0
+# How often a job's store is asked for more URLs while some wait there: each refill brings a low
+# host's queue back to its cap, so a host may take up to half its cap per interval.
+REFILL_EVERY = 0.2
+REFILL_CLAIM = 30.0  # seconds a sent refill task holds the job's claim at most
 
 
 def min_free(concurrency: int, fetch_batch: int) -> int:
@@ -48,7 +53,7 @@ def min_free(concurrency: int, fetch_batch: int) -> int:
 class Dispatcher:
     def __init__(self, client: redis.Redis, shards: Sequence[int], send_fetch: SendFetch,
                  send_failed: SendFailed, send_links: SendLinks | None = None, *,
-                 takeover_after: int = 0) -> None:
+                 takeover_after: int = 0, send_refill: SendRefill | None = None) -> None:
         self.redis = client
         self.takeover_after = takeover_after  # 0: this dispatcher never decides a takeover
         self.frontier = Frontier(client)
@@ -56,11 +61,13 @@ class Dispatcher:
         self.send_fetch = send_fetch
         self.send_failed = send_failed
         self.send_links = send_links
+        self.send_refill = send_refill
         self._stop = threading.Event()
         # A list of this dispatcher's own, so stop() ends its blocking wait at once.
         self._own_wake = keys.wake_one(uuid.uuid4().hex[:12])
         self._last_reap: dict[str, float] = {}
         self._last_dispatch: dict[str, float] = {}
+        self._last_refill: dict[str, float] = {}
         self._last_check = 0.0
         self.live = LiveSet()
 
@@ -96,6 +103,7 @@ class Dispatcher:
             keep = set(active)
             self._last_reap = {j: t for j, t in self._last_reap.items() if j in keep}
             self._last_dispatch = {j: t for j, t in self._last_dispatch.items() if j in keep}
+            self._last_refill = {j: t for j, t in self._last_refill.items() if j in keep}
         for job_id in active:
             try:
                 job = jobcache.load(self.redis, job_id)
@@ -111,6 +119,9 @@ class Dispatcher:
                                 job_id, moved.records, moved.messages)
                 self._reap(job_id, s.delay, s.max_attempts, now)
                 self._resend_links(job_id, s.lease_timeout, s.shards, now)
+            if now - self._last_refill.get(job_id, 0.0) >= REFILL_EVERY:
+                self._last_refill[job_id] = now
+                self._refill(job_id, s.shards, s.lease_timeout)
             due = self.frontier.promote(job_id, now=now)
             if due is not None:
                 wake_at = min(wake_at, due)
@@ -182,6 +193,17 @@ class Dispatcher:
             shard = standby(int(token.rsplit(":", 1)[1]), shards, self.live.shards(shards))
             log.warning("job %s: link batch %s not admitted in time; sending it again", job_id, token)
             self.send_links(job_id, shard, token, links)
+
+    def _refill(self, job_id: str, shards: int, lease_timeout: float) -> None:
+        """While URLs of the job wait in its store (or on their way there), one refill task at a
+        time brings them back as host queues run low (``crawler.frontier.spill``)."""
+        mine = [shard for shard in self.shards if shard < shards]
+        if self.send_refill is None or not mine:
+            return
+        _queued, in_store = self.frontier.spill_counts(job_id)
+        # The claim lapses by itself should the task be lost, so a refill is never stuck for long.
+        if in_store > 0 and self.frontier.start_refill(job_id, min(lease_timeout, REFILL_CLAIM)):
+            self.send_refill(job_id, standby(mine[0], shards, self.live.shards(shards)))
 
     def run(self) -> None:
         wake_keys = [keys.wake(s) for s in self.shards] + [self._own_wake]

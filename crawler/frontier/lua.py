@@ -39,7 +39,8 @@ PARKED = 1e12
 # The job's records every script may touch whose names are known up front: (Lua local, name).
 _FIXED = [("KMETA", "meta"), ("KCNT", "cnt"), ("KSEEN", "seen"), ("KLEASE", "lease"), ("KLEXP", "lexp"),
           ("KRETRY", "retry"), ("KINF", "inf"), ("KIPINF", "ipinf"), ("KIP", "ip"), ("KNEXT", "next"),
-          ("KDELAY", "delay"), ("KHOSTN", "hostn"), ("KPEND", "pend"), ("KPENDB", "pendb"), ("KOVR", "ovr")]
+          ("KDELAY", "delay"), ("KHOSTN", "hostn"), ("KPEND", "pend"), ("KPENDB", "pendb"), ("KOVR", "ovr"),
+          ("KSPILL", "spill"), ("KSPSEQ", "spseq"), ("KSPREF", "spref")]
 
 
 def job_keys(job: str) -> list[str]:
@@ -47,7 +48,8 @@ def job_keys(job: str) -> list[str]:
     return [keys.meta(job), keys.counters(job), keys.seen(job), keys.leases(job), keys.lease_expiry(job),
             keys.retries(job), keys.host_inflight(job), keys.ip_inflight(job), keys.host_ip(job),
             keys.host_next(job), keys.host_delays(job), keys.host_admitted(job), keys.pending_links(job),
-            keys.pending_link_bodies(job), keys.host_overrides(job), keys.JOBS]
+            keys.pending_link_bodies(job), keys.host_overrides(job), keys.spill_staged(job), keys.spill_seq(job),
+            keys.spill_refilled(job), keys.JOBS]
 
 
 def _bind() -> str:
@@ -152,9 +154,28 @@ local function next_attempt(e)
   local d, a, rest = string.match(e, '^(%d+) (%d+) (.*)$')
   return d .. ' ' .. (tonumber(a) + 1) .. ' ' .. rest, tonumber(a) + 1
 end
+-- cnt.queued counts the entries in host queues (the three places that push or pop them keep it).
 local function requeue(host, shard, e, now)
   redis.call('RPUSH', P .. 'q:' .. host, e)
+  redis.call('HINCRBY', KCNT, 'queued', 1)
   schedule(host, shard, now, true)
+end
+-- A new URL joins its host's queue, or, once that queue holds ``cap`` entries or older URLs of
+-- the host wait in the store, goes to the store after them: staged in ``spill`` under the
+-- host's next sequence number (see ``crawler.frontier.spill``). Returns 1 if it was staged.
+local function place(host, shard, e, now, cap)
+  if cap > 0 then
+    local sent = tonumber(redis.call('HGET', KSPSEQ, host) or '0')
+    if sent > tonumber(redis.call('HGET', KSPREF, host) or '0')
+        or redis.call('LLEN', P .. 'q:' .. host) >= cap then
+      sent = sent + 1
+      redis.call('HSET', KSPSEQ, host, sent)
+      redis.call('ZADD', KSPILL, now, sent .. ' ' .. host .. ' ' .. e)
+      return 1
+    end
+  end
+  requeue(host, shard, e, now)
+  return 0
 end
 local function parse_lease(l)
   return string.match(l, '^(%S+) (%S+) (%S+) (%S+) (%S+) (.*)$')
@@ -165,16 +186,17 @@ end
 def _prelude() -> str:
     return "local P = ARGV[1]\n" + _bind() + _HELPERS
 
-# ARGV: prefix, job, token, now, budget, max_depth, host_budget, trusted, part, last, then (url,
-# host, shard, entry). ``trusted`` = 1: the URLs were judged new already (by the Bloom filter), so
-# the exact seen hash is neither read nor written. A big link batch is admitted in parts, one call
+# ARGV: prefix, job, token, now, budget, max_depth, host_budget, trusted, part, last, queue_cap,
+# then (url, host, shard, entry). ``queue_cap`` > 0 caps each host's queue (``place``).
+# ``trusted`` = 1: the URLs were judged new already (by the Bloom filter), so the exact seen hash
+# is neither read nor written. A big link batch is admitted in parts, one call
 # each, so no call holds Redis for long: ``part`` (0, 1, ...; '' for a batch in one call) is
 # recorded in ``pendc:<token>`` so a redelivered batch skips the parts admitted already, and the
 # ``last`` part ('1') ends the batch, as a whole batch does.
 ADMIT = _prelude() + """
 local token, now, budget, maxd = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local host_budget, trusted = tonumber(ARGV[7]), ARGV[8] == '1'
-local part, last = ARGV[9], ARGV[10] == '1'
+local part, last, cap = ARGV[9], ARGV[10] == '1', tonumber(ARGV[11])
 if token ~= '' then
   if part ~= '' and not last then
     if not redis.call('ZSCORE', KPEND, token) then
@@ -198,7 +220,7 @@ if status ~= 'running' and status ~= 'paused' and status ~= 'starting' then
 end
 local cnt, seen = KCNT, KSEEN
 local admitted = tonumber(redis.call('HGET', cnt, 'admitted') or '0')
-local new, dup, over, again, over_host = {}, 0, 0, 0, 0
+local new, dup, over, again, over_host, spilled = {}, 0, 0, 0, 0, 0
 -- Pages per host, read once per host and written once per host at the end: a batch's URLs
 -- share few hosts, and the budget is on by default.
 local hostn, grew = {}, {}
@@ -206,7 +228,7 @@ local function host_count(host)
   if not hostn[host] then hostn[host] = tonumber(redis.call('HGET', KHOSTN, host) or '0') end
   return hostn[host]
 end
-for i = 11, #ARGV, 4 do
+for i = 12, #ARGV, 4 do
   local url, host, shard, e = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local d = entry_depth(e)
   local cur = false
@@ -225,7 +247,7 @@ for i = 11, #ARGV, 4 do
         grew[host] = (grew[host] or 0) + 1
       end
       if not trusted then redis.call('HSET', seen, url, d) end
-      requeue(host, shard, e, now)
+      spilled = spilled + place(host, shard, e, now, cap)
       new[#new + 1] = url
     end
   elseif cur == 'b' or cur == 's' then
@@ -254,8 +276,9 @@ if dup > 0 then redis.call('HINCRBY', cnt, 'duplicates', dup) end
 if over > 0 then redis.call('HINCRBY', cnt, 'dropped_max_pages', over) end
 if over_host > 0 then redis.call('HINCRBY', cnt, 'dropped_host_budget', over_host) end
 if again > 0 then redis.call('HINCRBY', cnt, 'depth_requeued', again) end
+if spilled > 0 then redis.call('HINCRBY', cnt, 'spilled', spilled) end
 done_check(now)
-return new
+return {new, spilled}
 """
 
 # ARGV: prefix, job, shard, now, max_urls, per_host, delay, lease_deadline, token, concurrency,
@@ -336,6 +359,7 @@ if redis.call('HGET', KMETA, 'status') == 'running' then
     end
   end
   if total > 0 then
+    redis.call('HINCRBY', cnt, 'queued', -total)
     redis.call('HINCRBY', cnt, 'inflight', total)
     redis.call('HINCRBY', cnt, 'dispatched', total)
   end
@@ -482,6 +506,7 @@ for _, url in ipairs(urls) do
       redis.call('LPUSH', P .. 'q:' .. host, again)
       schedule(host, shard, now, false)
       back = back + 1
+      redis.call('HINCRBY', KCNT, 'queued', 1)
     end
   end
 end
@@ -602,5 +627,48 @@ QUEUE_LENGTHS = """
 local P = ARGV[1]
 local out = {}
 for i = 3, #ARGV do out[#out + 1] = redis.call('LLEN', P .. 'q:' .. ARGV[i]) end
+return out
+"""
+
+# ARGV: prefix, job, now, host, shard, then (seq, entry) pairs in ascending seq: the host's URLs
+# read back from the store. Each joins the host's queue only if it is the next the host is owed
+# (seq = refilled + 1): one already brought back (a refill repeated after a crash) is skipped, and
+# a gap (a URL still staged, not yet in the store) stops the refill there, so every URL comes
+# back once and in order. Returns the host's refilled sequence number after it.
+REFILL = _prelude() + """
+local now, host, shard = tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local done = tonumber(redis.call('HGET', KSPREF, host) or '0')
+local n = 0
+for i = 6, #ARGV, 2 do
+  local seq = tonumber(ARGV[i])
+  if seq == done + 1 then
+    requeue(host, shard, ARGV[i + 1], now)
+    done = seq
+    n = n + 1
+  elseif seq > done + 1 then
+    break
+  end
+end
+if n > 0 then
+  redis.call('HSET', KSPREF, host, done)
+  redis.call('HINCRBY', KCNT, 'refilled', n)
+end
+return done
+"""
+
+# ARGV: prefix, job, low. Hosts whose queue is at or below ``low`` entries while URLs of theirs
+# wait in the store, each with (host, refilled seq, sent seq): the refill task's work list.
+SPILL_LOW = _prelude() + """
+local low, out = tonumber(ARGV[3]), {}
+local sent = redis.call('HGETALL', KSPSEQ)
+for i = 1, #sent, 2 do
+  local host, s = sent[i], tonumber(sent[i + 1])
+  local r = tonumber(redis.call('HGET', KSPREF, host) or '0')
+  if s > r and redis.call('LLEN', P .. 'q:' .. host) <= low then
+    out[#out + 1] = host
+    out[#out + 1] = r
+    out[#out + 1] = s
+  end
+end
 return out
 """

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from crawler import jobs
 from crawler.dedup import admit_links
 from crawler.errors import BadURL
-from crawler.frontier import Entry
+from crawler.frontier import Entry, spill
 from crawler.jobs import Job
 from crawler.messages import LinkGroup
 from crawler.stages.context import Context
+from crawler.store import StoreUnavailable
 from crawler.urls import canonicalize, repeated_segments
+
+log = logging.getLogger(__name__)
 
 
 def dedup_stage(ctx: Context, job: Job, token: str, links: Sequence[LinkGroup]) -> list[str]:
@@ -45,4 +49,22 @@ def dedup_stage(ctx: Context, job: Job, token: str, links: Sequence[LinkGroup]) 
                                seen=ctx.seen_set(job), cache_space=space)
     jobs.count(ctx.redis, job.id, bad_url=bad, dropped_trap=traps, cache_lookups=len(best) if cache else 0,
                cache_hits=hits)
+    if queued.spilled:
+        flush_spill(ctx, job)
     return queued
+
+
+def flush_spill(ctx: Context, job: Job) -> None:
+    """Write the URLs admission staged for the store. With the store down they stay staged in
+    Redis, where the job's refill task finds them (``crawler.frontier.spill``)."""
+    try:
+        spill.flush(ctx.frontier, ctx.page_store(job.settings.store), job.id)
+    except StoreUnavailable as exc:
+        log.warning("job %s: staged URLs wait for the store (%s)", job.id, exc)
+
+
+def refill_stage(ctx: Context, job: Job) -> tuple[int, int]:
+    """The refill task: staged URLs to the store, low hosts' queues refilled from it. Returns
+    (URLs written to the store, URLs brought back)."""
+    s = job.settings
+    return spill.maintain(ctx.frontier, ctx.page_store(s.store), job.id, s.host_queue_cap, s.shards)

@@ -154,6 +154,26 @@ class PageStore(Protocol):
         """The recorded definition of a job, or None."""
         ...
 
+    # The frontier table: URLs over their host's Redis queue cap wait here, in the order the
+    # host's sequence numbers give, until the host's queue runs low (crawler.frontier.spill).
+
+    def spill_put(self, job_id: str, rows: Sequence[tuple[str, int, str]]) -> None:
+        """Add (host, seq, entry) rows; a (job, host, seq) already there is left as it is, so a
+        repeated write changes nothing."""
+        ...
+
+    def spill_take(self, job_id: str, host: str, after: int, limit: int) -> list[tuple[int, str]]:
+        """Up to ``limit`` of the host's (seq, entry) rows after ``after``, in seq order."""
+        ...
+
+    def spill_drop(self, job_id: str, host: str, upto: int) -> None:
+        """Delete the host's rows up to ``upto`` (they are back in Redis)."""
+        ...
+
+    def spill_clear(self, job_id: str) -> int:
+        """Delete every row of the job (its frontier is being rebuilt). Returns how many."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -48,6 +48,8 @@ CONTENT_SCHEMA = ("CREATE TABLE IF NOT EXISTS content (id BIGSERIAL PRIMARY KEY,
                   "language TEXT, fetched_at DOUBLE PRECISION, UNIQUE (job_id, url))")
 ITEMS_SCHEMA = ("CREATE TABLE IF NOT EXISTS items (id BIGSERIAL PRIMARY KEY, job_id TEXT NOT NULL, url TEXT NOT NULL, "
                 "seq INTEGER NOT NULL, item JSONB NOT NULL, fetched_at DOUBLE PRECISION)")
+FRONTIER_SCHEMA = ("CREATE TABLE IF NOT EXISTS frontier (job_id TEXT NOT NULL, host TEXT NOT NULL, "
+                   "seq BIGINT NOT NULL, entry TEXT NOT NULL, PRIMARY KEY (job_id, host, seq))")
 _INSERT_ITEM = (f"INSERT INTO items ({', '.join(ITEM_TABLE_COLUMNS)}) "
                 f"VALUES (%(job_id)s, %(url)s, %(seq)s, %(item)s::jsonb, %(fetched_at)s)")
 
@@ -86,6 +88,7 @@ class PostgresStore:
             conn.execute(JOBS_SCHEMA)
             conn.execute(CONTENT_SCHEMA)
             conn.execute(ITEMS_SCHEMA)
+            conn.execute(FRONTIER_SCHEMA)
             conn.execute("CREATE INDEX IF NOT EXISTS items_job_url ON items (job_id, url)")
             conn.execute("CREATE INDEX IF NOT EXISTS pages_job_next ON pages (job_id, next_visit)")
             have = {r[0] for r in conn.execute(
@@ -176,6 +179,27 @@ class PostgresStore:
         if row is None:
             return None
         return JobDefinition(row[0], list(row[1]), dict(row[2]), row[3], row[4] or 0.0, row[5] or "")
+
+    def spill_put(self, job_id: str, rows: Sequence[tuple[str, int, str]]) -> None:
+        if not rows:
+            return
+        with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            cur.executemany("INSERT INTO frontier (job_id, host, seq, entry) VALUES (%s, %s, %s, %s) "
+                            "ON CONFLICT DO NOTHING", [(job_id, h, q, e) for h, q, e in rows])
+
+    def spill_take(self, job_id: str, host: str, after: int, limit: int) -> list[tuple[int, str]]:
+        with self.pool.connection() as conn, conn.transaction():
+            return [(int(q), str(e)) for q, e in conn.execute(
+                "SELECT seq, entry FROM frontier WHERE job_id = %s AND host = %s AND seq > %s ORDER BY seq LIMIT %s",
+                (job_id, host, after, limit))]
+
+    def spill_drop(self, job_id: str, host: str, upto: int) -> None:
+        with self.pool.connection() as conn, conn.transaction():
+            conn.execute("DELETE FROM frontier WHERE job_id = %s AND host = %s AND seq <= %s", (job_id, host, upto))
+
+    def spill_clear(self, job_id: str) -> int:
+        with self.pool.connection() as conn, conn.transaction():
+            return int(conn.execute("DELETE FROM frontier WHERE job_id = %s", (job_id,)).rowcount)
 
     def close(self) -> None:
         self.pool.close()

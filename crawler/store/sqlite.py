@@ -82,6 +82,13 @@ CREATE TABLE IF NOT EXISTS items (
     fetched_at REAL
 );
 CREATE INDEX IF NOT EXISTS items_job_url ON items (job_id, url);
+CREATE TABLE IF NOT EXISTS frontier (
+    job_id TEXT NOT NULL,
+    host TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    entry TEXT NOT NULL,
+    PRIMARY KEY (job_id, host, seq)
+) WITHOUT ROWID;
 """
 
 _INSERT = (
@@ -248,6 +255,29 @@ class SQLiteStore:
         if row is None:
             return None
         return JobDefinition(row[0], json.loads(row[1]), json.loads(row[2]), row[3], row[4] or 0.0, row[5] or "")
+
+    def spill_put(self, job_id: str, rows: Sequence[tuple[str, int, str]]) -> None:
+        if not rows:
+            return
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            self.conn.executemany("INSERT INTO frontier (job_id, host, seq, entry) VALUES (?, ?, ?, ?) "
+                                  "ON CONFLICT DO NOTHING", [(job_id, h, q, e) for h, q, e in rows])
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+
+    def spill_take(self, job_id: str, host: str, after: int, limit: int) -> list[tuple[int, str]]:
+        return [(int(q), str(e)) for q, e in self.conn.execute(
+            "SELECT seq, entry FROM frontier WHERE job_id = ? AND host = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (job_id, host, after, limit))]
+
+    def spill_drop(self, job_id: str, host: str, upto: int) -> None:
+        self.conn.execute("DELETE FROM frontier WHERE job_id = ? AND host = ? AND seq <= ?", (job_id, host, upto))
+
+    def spill_clear(self, job_id: str) -> int:
+        return int(self.conn.execute("DELETE FROM frontier WHERE job_id = ?", (job_id,)).rowcount)
 
     def close(self) -> None:
         self.conn.close()
