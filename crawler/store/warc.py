@@ -13,12 +13,12 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-import zlib
 from datetime import UTC, datetime
 from io import BytesIO, FileIO
 from typing import Any
 from urllib.parse import urlsplit
 
+from isal import isal_zlib
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
@@ -27,16 +27,17 @@ from crawler.store.base import PageRecord, StoreUnavailable
 _NS = uuid.UUID("6b1f3c1e-7d0a-4c59-9a55-2f3e0c1d4b7a")
 
 
-# warcio compresses at level 9, which cost 0.47 ms of a 20 KB page's 0.7 ms of WARC writing; level
-# 4 costs 0.26 ms for files 1.7% larger (measured on the benchmark's pages).
-GZIP_LEVEL = 4
+# warcio compresses at level 9, which cost 0.47 ms of a 20 KB page's 0.7 ms of WARC writing.
+# ISA-L's deflate at its level 2 takes 0.05 ms for the same page and output a little smaller than
+# zlib's level 4 (0.31 ms), in the same gzip format every reader takes.
+GZIP_LEVEL = 2
 
 
 def _member(record: Any) -> bytes:
     """One record as its own gzip member, as WARC readers expect (each record seekable)."""
     raw = BytesIO()
     WARCWriter(raw, gzip=False).write_record(record)
-    z = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, zlib.MAX_WBITS + 16)
+    z = isal_zlib.compressobj(GZIP_LEVEL, isal_zlib.DEFLATED, isal_zlib.MAX_WBITS + 16)
     return z.compress(raw.getbuffer()) + z.flush()
 
 
