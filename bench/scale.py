@@ -1,0 +1,240 @@
+"""Cost growth (``make bench-scale``): one crawl of the 200,000-page web of ``bench.scaleweb`` by two
+worker processes, as ``crawler crawl`` runs it (one seed, the default settings but for the
+options below), sampled every 10 s: pages crawled, pages/s and CPU per page over the interval
+(the workers and Redis), Redis used memory, URLs queued in Redis and in the store, URLs seen, and
+each worker's RSS. Writes bench/results/scale-<stamp>.json and .png (each series against pages
+crawled) and prints the targets met and missed.
+
+    python -m bench.scale [--pages 200000] [--hosts 200] [--big-hosts 6] [--big-pages 20000]
+                          [--workers 2] [--per-host 8] [--queue-cap N] [--max-minutes 60]
+
+``--per-host`` defaults to 8, not the crawler's 1: the last part of this crawl is the six big
+hosts alone, and at one request per host at a time its rate would measure politeness, not cost.
+
+Redis bytes per queued URL and per seen URL: used memory is regressed (least squares) on the
+URLs queued in Redis and the URLs seen at each sample; with host queues capped the first
+stays small, so the second is read from how memory grows with the crawl (the Bloom filter is
+sized up front, so it is near zero unless it grows a layer). A run with ``--queue-cap 0`` shows
+what uncapped queues cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench.peers import RESULTS
+from bench.scaleweb import ScaleSpec, reachable
+from bench.server import free_port
+from crawler import jobs
+from crawler.embedded import crawl
+from crawler.redis_server import RedisServer
+from crawler.redisconn import connect
+from crawler.settings import Settings
+
+EVERY = 10.0
+
+
+class Sampler:
+    def __init__(self, redis_url: str, job_pages: int) -> None:
+        self.redis = connect(redis_url)
+        self.redis_pid = int(self.redis.info("server")["process_id"])
+        self.samples: list[dict[str, Any]] = []
+        self.last = 0.0
+        self.total = job_pages
+
+    def _workers(self) -> list[psutil.Process]:
+        out = []
+        for p in psutil.Process().children(recursive=True):
+            try:
+                if "celery" in " ".join(p.cmdline()):
+                    out.append(p)
+            except psutil.NoSuchProcess:
+                pass
+        return out
+
+    def __call__(self, st: dict[str, Any], elapsed: float) -> None:
+        if self.samples and elapsed - self.last < EVERY and st["status"] not in jobs.FINISHED:
+            return
+        self.last = elapsed
+        workers = self._workers()
+        cpu = 0.0
+        rss = []
+        for p in workers:
+            try:
+                t = p.cpu_times()
+                cpu += t.user + t.system
+                rss.append(p.memory_info().rss)
+            except psutil.NoSuchProcess:
+                pass
+        r = psutil.Process(self.redis_pid).cpu_times()
+        c = st["counters"]
+        self.samples.append({
+            "t": elapsed, "stored": c.get("stored", 0), "fetched": c.get("fetched", 0),
+            "cpu_s": cpu + r.user + r.system, "redis_used": int(self.redis.info("memory")["used_memory"]),
+            "queued_redis": st.get("queued_in_redis", 0), "queued_store": st.get("queued_in_store", 0),
+            "seen": c.get("admitted", 0), "worker_rss": rss,
+        })
+        s = self.samples[-1]
+        print(f"  {elapsed:6.0f}s stored {s['stored']:7d}  redis {s['redis_used'] / 2**20:7.1f} MB  queued "
+              f"{s['queued_redis']:6d} redis / {s['queued_store']:6d} store  rss "
+              f"{' '.join(f'{x / 2**20:.0f}' for x in rss)} MB", flush=True)
+
+
+def intervals(samples: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """Per interval between samples: pages/s and CPU ms per page, at the pages crawled by its end."""
+    out = []
+    for a, b in itertools.pairwise(samples):
+        pages = b["fetched"] - a["fetched"]
+        if pages <= 0 or b["t"] <= a["t"]:
+            continue
+        out.append({"pages": b["fetched"], "pages_per_s": pages / (b["t"] - a["t"]),
+                    "cpu_ms_per_page": (b["cpu_s"] - a["cpu_s"]) / pages * 1000})
+    return out
+
+
+def tenth_rates(samples: list[dict[str, Any]]) -> tuple[float, float]:
+    """pages/s over the first and the last tenth of the pages crawled."""
+    total = samples[-1]["fetched"]
+
+    def rate(lo: float, hi: float) -> float:
+        inside = [s for s in samples if lo <= s["fetched"] <= hi]
+        if len(inside) < 2:
+            return 0.0
+        a, b = inside[0], inside[-1]
+        return (b["fetched"] - a["fetched"]) / max(1e-9, b["t"] - a["t"])
+
+    return rate(0, total * 0.1 + 1), rate(total * 0.9, total)
+
+
+def per_url_bytes(samples: list[dict[str, Any]]) -> dict[str, float]:
+    """Least squares of Redis used memory on (queued in Redis, seen)."""
+    import numpy as np
+
+    rows = [s for s in samples if s["seen"]]
+    if len(rows) < 3:
+        return {}
+    x = np.array([[1.0, s["queued_redis"], s["seen"]] for s in rows])
+    y = np.array([float(s["redis_used"]) for s in rows])
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    return {"base_bytes": float(coef[0]), "bytes_per_queued_url": float(coef[1]), "bytes_per_seen_url": float(coef[2]),
+            "peak_used_bytes": float(y.max()), "peak_queued_redis": float(max(s["queued_redis"] for s in rows))}
+
+
+def chart(samples: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    iv = intervals(samples)
+    fig, ax = plt.subplots(2, 2, figsize=(11, 7))
+    pages = [s["fetched"] / 1000 for s in samples]
+    ax[0][0].plot([p["pages"] / 1000 for p in iv], [p["pages_per_s"] for p in iv])
+    ax[0][0].set_title("pages/s (10 s intervals)")
+    ax[0][1].plot([p["pages"] / 1000 for p in iv], [p["cpu_ms_per_page"] for p in iv])
+    ax[0][1].set_title("CPU ms per page (workers + Redis)")
+    ax[1][0].plot(pages, [s["redis_used"] / 2**20 for s in samples], label="Redis used MB")
+    ax[1][0].plot(pages, [s["queued_redis"] / 1000 for s in samples], label="queued in Redis (k URLs)")
+    ax[1][0].plot(pages, [s["queued_store"] / 1000 for s in samples], label="queued in store (k URLs)")
+    ax[1][0].legend()
+    ax[1][0].set_title("Redis memory and queues")
+    n = max((len(s["worker_rss"]) for s in samples), default=0)
+    for k in range(n):
+        ax[1][1].plot(pages, [s["worker_rss"][k] / 2**20 if k < len(s["worker_rss"]) else None for s in samples],
+                      label=f"worker {k}")
+    ax[1][1].set_title("worker RSS MB")
+    ax[1][1].legend()
+    for a in ax.flat:
+        a.set_xlabel("pages crawled (thousands)")
+        a.set_ylim(bottom=0)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pages", type=int, default=200_000)
+    ap.add_argument("--hosts", type=int, default=200)
+    ap.add_argument("--big-hosts", type=int, default=6)
+    ap.add_argument("--big-pages", type=int, default=20_000)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--per-host", type=int, default=8)
+    ap.add_argument("--queue-cap", type=int, default=None, help="host_queue_cap (default: the crawler's)")
+    ap.add_argument("--max-minutes", type=float, default=60.0)
+    args = ap.parse_args()
+
+    probe = ScaleSpec(args.hosts, args.big_hosts, args.big_pages, args.pages)
+    spec = ScaleSpec(args.hosts, args.big_hosts, args.big_pages, args.pages, port=free_port(probe.ips))
+    want = reachable(spec)
+    print(f"web: {spec.hosts} hosts ({spec.big_hosts} of {spec.big_pages:,} pages), {spec.total:,} pages, "
+          f"{len(want):,} reachable from {spec.seed()}", flush=True)
+    RESULTS.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+        log = Path(tmp) / "access.log"
+        server = subprocess.Popen([sys.executable, "-m", "bench.scaleweb", str(spec.port), str(log), str(spec.hosts),
+                                   str(spec.big_hosts), str(spec.big_pages), str(spec.pages)])
+        time.sleep(2.0)
+        try:
+            with RedisServer() as redis_server:
+                extra = {} if args.queue_cap is None else {"host_queue_cap": args.queue_cap}
+                settings = Settings.from_env(redis_url=redis_server.url, workers=args.workers, shards=1,
+                                             per_host=args.per_host, allow_networks=[f"{ip}/32" for ip in spec.ips],
+                                             allow_domains=list(spec.ips), task_events=False, **extra)
+                sampler = Sampler(redis_server.url, spec.total)
+                deadline = time.monotonic() + args.max_minutes * 60
+
+                def progress(st: dict[str, Any], elapsed: float) -> None:
+                    sampler(st, elapsed)
+                    if time.monotonic() > deadline:
+                        raise KeyboardInterrupt
+
+                started = time.monotonic()
+                outcome = crawl(settings, [spec.seed()], str(Path(tmp) / "out"), progress, poll=1.0)
+                wall = time.monotonic() - started
+        finally:
+            server.terminate()
+            server.wait(60)
+        hits = [line.split(" ", 3) for line in log.read_text().splitlines()]
+    samples = sampler.samples
+    ok = {(h[2], h[3]) for h in hits if h[1] == "200"}
+    first, last = tenth_rates(samples)
+    rss_after = [sum(s["worker_rss"]) for s in samples[len(samples) // 5:]]
+    result = {
+        "spec": asdict(spec), "reachable": len(want), "responses": len(hits), "unique_ok": len(ok),
+        "complete": len(ok) / len(want), "duplicate_fetches": len(hits) - len({(h[2], h[3]) for h in hits}),
+        "wall_s": wall, "status": outcome.status["status"], "settings": {"per_host": args.per_host,
+                                                                          "host_queue_cap": settings.host_queue_cap},
+        "first_tenth_pages_per_s": first, "last_tenth_pages_per_s": last,
+        "last_over_first": last / first if first else 0.0,
+        "worker_rss_after_warmup_mb": [min(rss_after) / 2**20, max(rss_after) / 2**20] if rss_after else [],
+        "redis": per_url_bytes(samples), "samples": samples,
+    }
+    out = RESULTS / f"scale-{stamp}.json"
+    out.write_text(json.dumps(result, indent=1))
+    chart(samples, RESULTS / f"scale-{stamp}.png")
+    print(f"\n{len(ok):,} of {len(want):,} pages ({result['complete']:.1%}) in {wall:.0f}s, "
+          f"{result['duplicate_fetches']} duplicate fetches")
+    print(f"pages/s: first tenth {first:.0f}, last tenth {last:.0f} ({result['last_over_first']:.2f}x; want >= 0.9)")
+    if rss_after:
+        print(f"worker RSS after warm-up (sum): {min(rss_after) / 2**20:.0f}-{max(rss_after) / 2**20:.0f} MB")
+    rb = result["redis"]
+    if rb:
+        print(f"Redis: peak {rb['peak_used_bytes'] / 2**20:.1f} MB; {rb['bytes_per_queued_url']:.0f} B per queued URL, "
+              f"{rb['bytes_per_seen_url']:.1f} B per seen URL (least squares over the samples)")
+    print(f"written: {out}, {out.with_suffix('.png')}")
+
+
+if __name__ == "__main__":
+    main()
