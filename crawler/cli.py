@@ -68,6 +68,9 @@ def _job_flags(p: argparse.ArgumentParser) -> None:
                    help="do not follow links matching this regular expression (repeatable; seeds exempt)")
     p.add_argument("--follow-nofollow", action="store_true", default=None,
                    help="follow links marked rel=nofollow (default: drop them); meta robots nofollow is still obeyed")
+    p.add_argument("--render", choices=("never", "always", "auto"),
+                   help="render pages in headless Chromium before parsing (Debian's chromium; workers -Q render): "
+                        "auto decides per host from a sample (default: never)")
     p.add_argument("--noise-links", choices=("follow", "skip"),
                    help="skip: do not follow links in navigation, footers, tag clouds and URLs clustering with them "
                         "(default: follow)")
@@ -101,7 +104,7 @@ def _settings(args: argparse.Namespace, **extra: Any) -> Settings:
     names = ("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards", "allow_domains",
              "user_agent", "redis_url", "allow_networks", "resolve", "sitemaps", "obey_robots", "extract",
              "allow_urls", "deny_urls", "follow_nofollow", "spider", "spider_args", "auth", "session_headers",
-             "cookies", "noise_links", "host_queue_cap")
+             "cookies", "noise_links", "host_queue_cap", "render")
     given = {**{n: getattr(args, n, None) for n in names}, **extra}
     for name in _TEXT_FLAGS:
         if isinstance(given.get(name), str):
@@ -245,9 +248,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     if c.get("cache_lookups"):
         print(f"  {'local cache hit rate':24} {c.get('cache_hits', 0) / c['cache_lookups']:.1%}")
     if hosts is not None:
-        print(f"  {'host':40} {'delay s':>8} {'in flight':>9} {'queued':>7} {'in store':>8}")
+        print(f"  {'host':40} {'delay s':>8} {'in flight':>9} {'queued':>7} {'in store':>8} {'render':>6}")
         for h in hosts:
-            print(f"  {h['host']:40} {h['delay']:8.3f} {h['inflight']:9d} {h['queued']:7d} {h['queued_in_store']:8d}")
+            print(f"  {h['host']:40} {h['delay']:8.3f} {h['inflight']:9d} {h['queued']:7d} {h['queued_in_store']:8d} "
+                  f"{h['render'] or '-':>6}")
     return 0
 
 

@@ -25,6 +25,8 @@ from crawler.errors import ConfigError, JobNotFound
 from crawler.frontier import Frontier, HostOverride, HostStats, takeover
 from crawler.lru import LRU
 from crawler.redact import has_password, redact, redact_settings
+from crawler.render.browser import RenderUnavailable, chromium_path
+from crawler.render.decide import decisions as render_decisions
 from crawler.settings import SettingError, Settings, parse_text
 from crawler.spiders.loader import prepare
 from crawler.store import PageStore, open_store
@@ -90,6 +92,12 @@ def submit(r: Redis, values: Mapping[str, Any], seeds: list[str], by: str = "") 
     if has_password(settings.store):
         warnings.append("the store password is not passed on to workers (the job's settings are readable by "
                         "anyone with access to Redis); give workers PGPASSWORD or a ~/.pgpass entry")
+    if settings.render != "never":
+        try:
+            chromium_path(settings.chromium)
+        except RenderUnavailable as exc:
+            # The render workers may well be other machines: this one only submits.
+            warnings.append(f"{exc}; pages wait for a worker started with -Q render")
     return jobs.submit(r, settings, seeds, by=by), warnings
 
 
@@ -216,8 +224,9 @@ def _host_table(r: Redis, job_id: str) -> list[HostStats]:
 def hosts(r: Redis, job_id: str, sort: str = "queued", desc: bool = True, offset: int = 0, limit: int = 50,
           prefix: str = "") -> dict[str, Any]:
     """One page of the job's hosts, sorted on the server: ``{"total", "hosts": [{host, queued,
-    inflight, delay, fetched, errors, admitted, override}]}``. ``delay`` is the one that applies
-    (the job's where the host has none of its own). The table is computed at most every 2 s."""
+    queued_in_store, inflight, delay, fetched, errors, admitted, override, render}]}``. ``delay`` is
+    the one that applies (the job's where the host has none of its own). The table is computed at
+    most every 2 s."""
     if sort not in HOST_SORTS:
         raise ConfigError(f"cannot sort hosts by {sort!r} (one of {', '.join(HOST_SORTS)})")
     if offset < 0 or not 1 <= limit <= 1000:
@@ -234,13 +243,17 @@ def hosts(r: Redis, job_id: str, sort: str = "queued", desc: bool = True, offset
         return getattr(h, sort)
 
     ordered = sorted(rows, key=key, reverse=desc)
+    page = ordered[offset:offset + limit]
+    # render=auto's decision per host: yes, no, or "" while its sample is rendered.
+    rendering = render_decisions(r, job_id, [h.host for h in page])
     return {"total": len(rows), "offset": offset, "sort": sort, "desc": desc,
-            "hosts": [_host_row(h, default) for h in ordered[offset:offset + limit]]}
+            "hosts": [_host_row(h, default, rendering.get(h.host, "")) for h in page]}
 
 
-def _host_row(h: HostStats, default: float) -> dict[str, Any]:
+def _host_row(h: HostStats, default: float, render: str = "") -> dict[str, Any]:
     o = h.override
     return {"host": h.host, "queued": h.queued, "queued_in_store": h.in_store, "inflight": h.inflight,
+            "render": render,
             "delay": default if h.delay is None else h.delay, "fetched": h.fetched, "errors": h.errors,
             "admitted": h.admitted,
             "override": None if o is None else {k: v for k, v in asdict(o).items() if v is not None}}

@@ -23,8 +23,9 @@ from crawler.lifeline import PARENT_ENV
 from crawler.redact import password_of
 from crawler.redis_server import RedisServer
 from crawler.redisconn import check_version, connect
+from crawler.render.browser import chromium_path
 from crawler.settings import Settings
-from crawler.sharding import queue_name
+from crawler.sharding import RENDER_QUEUE, queue_name
 from crawler.spiders.loader import prepare
 from crawler.stopsignals import StopRequested, StopSignals
 from crawler.store import open_store
@@ -135,6 +136,8 @@ def crawl(settings: Settings, seeds: list[str], out_dir: str, progress: Progress
     (``crawler.lifeline``). Bad settings or seeds raise before anything is created or started."""
     settings, seeds = prepare(settings.validated(), seeds)
     jobs.canonical_seeds(seeds, settings.max_url_length)
+    if settings.render != "never":
+        chromium_path(settings.chromium)  # no Chromium: say what to install before starting anything
     out = Path(out_dir).resolve()
     (out / "logs").mkdir(parents=True, exist_ok=True)
     settings = settings.replace(store=settings.store or f"sqlite:///{out / 'crawl.db'}",
@@ -167,7 +170,10 @@ def crawl(settings: Settings, seeds: list[str], out_dir: str, progress: Progress
             if _writes_only_under(settings, out):
                 env[STORE_ROOT_ENV] = str(out)  # its workers may write only where it was told to
             with signals.deferred():
-                workers = WorkerProcesses([all_queues(settings.shards)] * settings.workers, env, str(out / "logs"))
+                # Rendering gets a worker of its own (one browser), as it would on a cluster.
+                render = [[RENDER_QUEUE]] if settings.render != "never" else []
+                workers = WorkerProcesses([all_queues(settings.shards)] * settings.workers + render, env,
+                                          str(out / "logs"))
             while True:
                 signals.check()
                 st = jobs.status(client, job_id)

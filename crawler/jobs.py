@@ -20,6 +20,7 @@ from crawler.frontier.rebalance import Moved, migrate
 from crawler.jobcache import Job as Job  # where callers have always found it
 from crawler.redact import redact_settings_json, strip_password
 from crawler.redisconn import text
+from crawler.render.decide import decisions as render_decisions
 from crawler.schedule import next_cycle
 from crawler.settings import Settings
 from crawler.spiders import loader as spider_loader
@@ -140,8 +141,10 @@ def status(redis: Redis, job_id: str) -> dict[str, Any]:
 def hosts(redis: Redis, job_id: str) -> list[dict[str, Any]]:
     """Per host: current delay, requests in flight, URLs queued in Redis and in the store."""
     default = load(redis, job_id).settings.delay
+    rendering = render_decisions(redis, job_id)
     return [{"host": h.host, "delay": default if h.delay is None else h.delay, "inflight": h.inflight,
-             "queued": h.queued, "queued_in_store": h.in_store} for h in Frontier(redis).host_stats(job_id)]
+             "queued": h.queued, "queued_in_store": h.in_store, "render": rendering.get(h.host, "")}
+            for h in Frontier(redis).host_stats(job_id)]
 
 
 def stop(redis: Redis, job_id: str, error: str = "", by: str = "") -> None:

@@ -242,6 +242,19 @@ def simhash_seq(job: str) -> str:
     return prefix(job) + "shseq"
 
 
+# -- rendering (crawler.render) --
+
+def render_decisions(job: str) -> str:
+    """host -> ``yes`` or ``no``: whether render=auto renders the host's pages (absent: sampling)."""
+    return prefix(job) + "render"
+
+
+def render_stats(job: str) -> str:
+    """``<host>|<field>`` -> counts behind the decisions: pages compared, pages that gained,
+    pages fetched since the last check."""
+    return prefix(job) + "renderst"
+
+
 # -- sessions (crawler.spiders.sessionstate) --
 
 def session(job: str) -> str:

@@ -125,6 +125,11 @@ class FetchedPage:
     # A page it did not look at (unchanged on a revisit, no spider) keeps its stored items.
     items: tuple[dict[str, Any], ...] = ()
     items_parsed: bool = False
+    # Rendering (``crawler.stages.render``): ``render`` is ``wanted[:<selector>]`` on the way to
+    # the render queue, then what came of it (``rendered``, or the reason it was not); the DOM
+    # the browser built waits in Redis under ``rendered_key`` for parse and the WARC.
+    render: str = ""
+    rendered_key: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict; fields at their defaults are left out (from_json puts them back)."""

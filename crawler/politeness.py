@@ -84,19 +84,32 @@ class Politeness:
 
     def hop_check(self, job: Job, fetcher: Fetcher, config: FetchConfig, fresh: dict[str, RobotsPolicy]) -> HopCheck:
         """Vets a redirect target: in scope, and allowed by its own origin's robots.txt."""
-        s = job.settings
-        scope = robots_scope(config.allow_networks, config.resolve)
+        robots = self.robots_check(job, fetcher, config, fresh)
 
         async def check(url: str) -> str | None:
             if job.allowed and domain_of(url) not in job.allowed:
                 return errors.OutOfScope.reason
+            return await robots(url)
+
+        return check
+
+    def robots_check(self, job: Job, fetcher: Fetcher, config: FetchConfig,
+                     fresh: dict[str, RobotsPolicy] | None = None) -> HopCheck:
+        """Vets a URL against its origin's robots.txt (fetched once if this process has not
+        got it): the reason it is blocked, or None. For a rendered page's own requests, whose
+        hosts need not be the job's."""
+        s = job.settings
+        scope = robots_scope(config.allow_networks, config.resolve)
+        got: dict[str, RobotsPolicy] = {} if fresh is None else fresh
+
+        async def check(url: str) -> str | None:
             if not s.obey_robots:
                 return None
             origin = origin_of(url)
-            policy = fresh.get(origin) or self.robots.local(origin, scope)
+            policy = got.get(origin) or self.robots.local(origin, scope)
             if policy is None:
                 policy = (await self._fetch_robots([origin], fetcher, config, job))[origin]
-                fresh[origin] = policy
+                got[origin] = policy
             return policy.block_reason(url, s.robots_user_agent)
 
         return check

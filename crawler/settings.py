@@ -99,6 +99,17 @@ class Settings:
     secrets_file: str = _s("", "Worker: a file of NAME=value lines (mode 600) holding the secrets jobs name, after CRAWLER_SECRET_<NAME> variables")
     max_items_per_page: int = _s(1000, "Items stored from one page at most; more are counted `items_capped`", job=True)
     max_item_bytes: int = _s(1_000_000, "Bytes of one page's items (as JSON) at most; the items past it are counted `items_capped`", job=True)
+    render: str = _s("never", "Pages rendered in headless Chromium before parsing (workers started with -Q render): `never`; `always` (every HTML page); `auto` (per host: a sample rendered, and the host kept rendering only where that yields materially more links or text; rechecked now and then)", job=True)
+    render_sample: int = _s(3, "With render=auto: pages of a new host rendered before deciding", job=True)
+    render_more_links: int = _s(3, "With render=auto: a rendered page gains when it has at least this many more links than its HTML; a host is rendered while most of its compared pages gain", job=True)
+    render_more_text: int = _s(400, "With render=auto: ... or at least this many more characters of visible text", job=True)
+    render_recheck: int = _s(50, "With render=auto: one page in this many of a decided host is rendered again to check the decision", job=True)
+    render_timeout: float = _s(15.0, "Seconds a page may take to load and settle in the browser; past it the page is stored from its HTML with the reason", job=True)
+    render_settle: float = _s(0.5, "Seconds with none of the page's requests under way, after load, before the rendered page is read (scripts that add content on a timer need it)", job=True)
+    render_pages: int = _s(4, "Worker: pages one render worker process renders at once (one browser)")
+    render_recycle_pages: int = _s(200, "Worker: a browser is restarted after rendering this many pages")
+    render_max_rss: int = _s(1024, "Worker: a browser whose processes use more memory than this (MB) is restarted")
+    chromium: str = _s("", "Worker: the Chromium binary for rendering (empty: /usr/bin/chromium or chromium on PATH)")
     noise_links: str = _s("follow", "`skip`: links in blocks mostly made of link text (navigation, footers, tag clouds) or whose URL clusters with such links on the same site are not followed, counted `links_noise_block` and `links_noise_pattern`; the page's stored outlinks keep them. `follow`: off", job=True)
     user_agent: str = _s("crawler/0.1 (+https://example.invalid/bot)", "User-Agent header sent with every request", job=True)
     fetch_batch: int = _s(32, "URLs per fetch task at most", job=True)
@@ -238,10 +249,12 @@ _RANGES: dict[str, tuple[float, bool, float | None]] = {
     **dict.fromkeys(("per_host", "concurrency", "fetch_batch", "max_attempts", "bloom_capacity", "max_url_length",
                      "visibility_timeout", "task_time_limit", "warc_max_size", "workers", "sitemap_max_urls",
                      "max_body", "max_redeliveries", "max_items_per_page", "max_item_bytes", "max_logins",
+                     "render_sample", "render_recheck", "render_pages", "render_recycle_pages", "render_max_rss",
                      *CACHE_LIMITS),
                     (1, True, None)),
     **dict.fromkeys(("connect_timeout", "read_timeout", "request_deadline", "lease_timeout", "revisit_max",
-                     "cycle_check", "beat_lock_ttl", "progress_interval", "store_retry_for", "login_wait"),
+                     "cycle_check", "beat_lock_ttl", "progress_interval", "store_retry_for", "login_wait",
+                     "render_timeout"),
                     (0, False, None)),
     "bloom_error_rate": (0, False, 0.5),
     "near_duplicate_distance": (0, True, 64),
@@ -316,6 +329,8 @@ def _check_field(f: dataclasses.Field[Any], value: Any) -> None:
             raise _bad(name, "must be auto, bloom or set", value)
         if name == "extract" and value not in EXTRACT_FORMATS:
             raise _bad(name, "must be text or markdown (empty: off)", value)
+        if name == "render" and value not in ("never", "always", "auto"):
+            raise _bad(name, "must be never, always or auto", value)
         if name == "noise_links" and value not in ("follow", "skip"):
             raise _bad(name, "must be follow or skip", value)
     elif kind is list:

@@ -71,6 +71,8 @@ def queue_name(shard: int) -> str:
 # they go to one queue that every shard worker also consumes: a worker whose shard has run dry
 # parses and stores for the others instead of idling while one shard finishes alone.
 SHARED_QUEUE = "shared"
+# Pages a browser renders: served by workers started with ``-Q render`` (crawler.stages.render).
+RENDER_QUEUE = "render"
 
 
 def shard_of_queue(name: str) -> int | None:

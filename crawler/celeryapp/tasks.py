@@ -18,7 +18,7 @@ from crawler.frontier import liveshards
 from crawler.messages import FetchedPage, groups_from_json, groups_to_json, pages_from_json, pages_to_json
 from crawler.redisconn import connect
 from crawler.settings import Settings
-from crawler.sharding import SHARED_QUEUE, queue_name
+from crawler.sharding import RENDER_QUEUE, SHARED_QUEUE, queue_name
 from crawler.spiders.loader import SpiderUnavailable
 from crawler.store import StoreRefused, StoreUnavailable
 
@@ -93,9 +93,10 @@ class CrawlTask(BaseTask):
             log.exception("could not count the failure of %s", task_id)
 
 
-def _publish(task: Task[Any, Any], queue: str, args: tuple[Any, ...]) -> None:
+def _publish(task: Task[Any, Any], queue: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> None:
     # argsrepr: Celery would otherwise saferepr() every page of the message for its logs.
-    task.apply_async(args=args, queue=queue, routing_key=queue, argsrepr=f"({args[0]!r}, {len(args[-1])} items)")  # type: ignore[call-arg]  # Celery takes it; celery-types omits it
+    task.apply_async(args=args, kwargs=kwargs, queue=queue, routing_key=queue,  # type: ignore[call-arg]  # Celery takes argsrepr; celery-types omits it
+                     argsrepr=f"({args[0]!r}, {len(args[-1])} items)")
 
 
 def send(task: Task[Any, Any], shard: int, *args: Any) -> None:
@@ -132,18 +133,36 @@ def fetch_task(self: Task[Any, Any], job_id: str, shard: int, token: str, entrie
     except (StoreRefused, SpiderUnavailable) as exc:
         stages.refuse(ctx, job, exc)
         return
-    if pages:
-        send_shared(parse_task, job_id, shard, token, pages_to_json(pages))
+    # Pages a browser is to render go to the render queue; the rest straight on to parse.
+    to_render = [p for p in pages if stages.render_wanted(p)]
+    rest = [p for p in pages if not stages.render_wanted(p)]
+    if to_render:
+        _publish(render_task, RENDER_QUEUE, (job_id, shard, token, pages_to_json(to_render)))
+    if rest:
+        send_shared(parse_task, job_id, shard, token, pages_to_json(rest))
+
+
+@app.task(name="crawler.render", base=CrawlTask, bind=True)
+def render_task(self: Task[Any, Any], job_id: str, shard: int, token: str, pages: list[dict[str, Any]]) -> None:
+    """Served by workers started with ``-Q render`` (each with a browser)."""
+    got = _pages_message(self, job_id, pages)
+    if got is None:
+        return
+    ctx, job, fetched = got
+    rendered = stages.render_stage(ctx, job, token, fetched)
+    _publish(parse_task, SHARED_QUEUE, (job_id, shard, token, pages_to_json(rendered)),
+             {"links_as": stages.RENDERED})
 
 
 @app.task(name="crawler.parse", base=CrawlTask, bind=True)
-def parse_task(self: Task[Any, Any], job_id: str, shard: int, token: str, pages: list[dict[str, Any]]) -> None:
+def parse_task(self: Task[Any, Any], job_id: str, shard: int, token: str, pages: list[dict[str, Any]],
+               links_as: str = "") -> None:
     got = _pages_message(self, job_id, pages)
     if got is None:
         return
     ctx, job, fetched = got
     try:
-        parsed, batches = stages.parse_stage(ctx, job, token, fetched)
+        parsed, batches = stages.parse_stage(ctx, job, token, fetched, links_as)
     except SpiderUnavailable as exc:
         stages.refuse(ctx, job, exc)
         return
@@ -151,7 +170,8 @@ def parse_task(self: Task[Any, Any], job_id: str, shard: int, token: str, pages:
     # redelivered parse sends the same tokens); the dedup task may run anywhere, and admission
     # places each host on the shard serving it now.
     for target, links in batches.items():
-        send(dedup_task, routed(ctx, job, target), job_id, stages.link_token(token, target), groups_to_json(links))
+        send(dedup_task, routed(ctx, job, target), job_id, stages.link_token(token + links_as, target),
+             groups_to_json(links))
     if parsed:
         send_shared(store_task, job_id, shard, token, pages_to_json(parsed))
 

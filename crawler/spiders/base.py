@@ -71,6 +71,12 @@ class Spider:
         credentials are added by the session, not here)."""
         return {}
 
+    def render(self, url: str) -> bool | str | None:
+        """Render ``url`` in a browser before parsing it (jobs with ``--render auto`` or
+        ``always``)? None: let the job decide; True: render it; a CSS selector: render it and
+        wait until the selector matches; False: do not."""
+        return None
+
     # --- sessions (see crawler.spiders.session) ---
 
     def login(self, session: Session) -> None:

@@ -128,3 +128,13 @@ def allowed(spider: Spider, url: str, counts: Counter[str]) -> bool:
     except Exception:
         spider_error(counts, spider, "allow", url)
         return False
+
+
+def render_wish(spider: Spider, url: str, counts: Counter[str]) -> bool | str | None:
+    """``spider.render(url)``; a hook that raises has no wish (counted ``spider_error``)."""
+    try:
+        wish = spider.render(url)
+    except Exception:
+        spider_error(counts, spider, "render", url)
+        return None
+    return wish if isinstance(wish, (bool, str)) or wish is None else bool(wish)

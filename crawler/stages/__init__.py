@@ -10,8 +10,27 @@ store skips records whose fetch id is already stored, and leases end once.
 from crawler.stages.context import Context, read_message, refuse
 from crawler.stages.dedup import dedup_stage, refill_stage
 from crawler.stages.fetch import BODY_TTL, fetch_config, fetch_stage
-from crawler.stages.parse import link_token, parse_stage
+from crawler.stages.parse import RENDERED, link_token, parse_stage
+from crawler.stages.render import render_stage
+from crawler.stages.render import wanted as render_wanted
 from crawler.stages.store import hold_for_retry, plan_visit, store_stage, to_record
 
-__all__ = ["BODY_TTL", "Context", "dedup_stage", "fetch_config", "fetch_stage", "hold_for_retry", "link_token",
-           "parse_stage", "plan_visit", "read_message", "refill_stage", "refuse", "store_stage", "to_record"]
+__all__ = [
+           "BODY_TTL",
+           "RENDERED",
+           "Context",
+           "dedup_stage",
+           "fetch_config",
+           "fetch_stage",
+           "hold_for_retry",
+           "link_token",
+           "parse_stage",
+           "plan_visit",
+           "read_message",
+           "refill_stage",
+           "refuse",
+           "render_stage",
+           "render_wanted",
+           "store_stage",
+           "to_record",
+]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -14,8 +15,12 @@ from crawler.fetch.robots import origin_of
 from crawler.frontier import Entry, Fetched
 from crawler.jobs import Job
 from crawler.messages import FetchedPage, LinkGroup
+from crawler.parse import is_html
 from crawler.politeness import blocked_result
+from crawler.render import decide
 from crawler.retrypolicy import RetryPolicy
+from crawler.spiders.base import Spider
+from crawler.spiders.run import overrides, render_wish
 from crawler.stages.context import Context
 from crawler.stages.dedup import dedup_stage
 from crawler.stages.session import REFETCH_AFTER, open_session, spider_headers
@@ -24,6 +29,7 @@ from crawler.urls import domain_of, host_key
 
 # How long a fetched body may wait in Redis for parse and store: past any lease.
 BODY_TTL = 3600
+WANTED = "wanted"  # a page's ``render`` mark on its way to the render queue
 
 
 def fetch_config(job: Job) -> FetchConfig:
@@ -117,6 +123,8 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     nodes.count_fetched(pipe, ctx.node, len(pages))
     ctx.frontier.fetched(job.id, done, lease_timeout=s.lease_timeout, delay=s.delay, pipe=pipe)
     pipe.execute()
+    if s.render != "never":
+        pages = _mark_for_render(ctx, job, spider, pages, hook_counts)
     if s.sitemaps and policies:
         found, over_cap = ctx.politeness.sitemap_urls(job, policies, fetcher, config, rt.run)
         _admit_sitemaps(ctx, job, found)
@@ -140,6 +148,24 @@ def _page(ctx: Context, e: Entry, r: FetchResult, body_key: str, with_headers: b
         # The same bytes as last time: nothing to parse again.
         unchanged=r.status == 200 and not r.error and (previous or {}).get("content_sha1") == r.sha1,
     )
+
+
+def _mark_for_render(ctx: Context, job: Job, spider: Spider | None, pages: list[FetchedPage],
+                     counts: Counter[str]) -> list[FetchedPage]:
+    """Mark the HTML pages a browser is to render (``render``: ``wanted[:<selector>]``): the
+    job's ``render`` setting decides, per host for ``auto``, unless the spider says otherwise."""
+    html = [p for p in pages if p.status == 200 and p.body_key and not p.unchanged and is_html(p.content_type)]
+    chosen = decide.choose(ctx.redis, job.id, job.settings, [host_key(p.url) for p in html])
+    asks = spider is not None and overrides(spider, "render")
+    marks: dict[str, str] = {}
+    for p in html:
+        wish = render_wish(spider, p.url, counts) if asks and spider is not None else None
+        if wish is False or (wish is None and host_key(p.url) not in chosen):
+            continue
+        marks[p.url] = WANTED + (f":{wish}" if isinstance(wish, str) and wish else "")
+    if marks:
+        jobs.count(ctx.redis, job.id, render_queued=len(marks))
+    return [dataclasses.replace(p, render=marks[p.url]) if p.url in marks else p for p in pages]
 
 
 def _previous(ctx: Context, job: Job, urls: list[str]) -> dict[str, dict[str, Any]]:

@@ -21,18 +21,27 @@ from crawler.spiders.run import allowed, overrides, run_page_hook
 from crawler.stages.context import Context
 from crawler.urls import canonicalize, domain_of, query_variant
 
+# Pages a browser rendered are parsed as UTF-8 (the DOM is serialised so), whatever the response said.
+RENDERED_TYPE = "text/html; charset=utf-8"
+
 
 def link_token(token: str, shard: int) -> str:
-    """Deterministic, so a redelivered parse re-sends batches that dedup recognises."""
+    """Deterministic, so a redelivered parse re-sends batches that dedup recognises. The link
+    batches of a fetch's rendered pages (parsed in a message of their own, under the same lease
+    token) are told apart by a suffix on the token: ``token + RENDERED``."""
     return f"{token}:{shard}"
 
 
-def parse_stage(ctx: Context, job: Job, token: str,
-                pages: list[FetchedPage]) -> tuple[list[FetchedPage], dict[int, list[LinkGroup]]]:
+RENDERED = "r"
+
+
+def parse_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
+                links_as: str = "") -> tuple[list[FetchedPage], dict[int, list[LinkGroup]]]:
     """Parse HTML pages; return the pages annotated for the store, and the links to follow
     grouped by the shard that owns their domain, then by the page they came from. Link batches
     are registered with the frontier (``expect``) before the caller sends them, so the job
-    cannot end before them."""
+    cannot end before them. ``links_as``: a suffix for the link batches' tokens (``RENDERED``
+    for pages parsed apart from the rest of their fetch)."""
     s = job.settings
     # The pages are this task's now: their leases run from here, not from the end of the fetch.
     ctx.frontier.renew(job.id, [(p.url, token) for p in pages], s.lease_timeout)
@@ -42,7 +51,8 @@ def parse_stage(ctx: Context, job: Job, token: str,
     parsing = {p.url for p in want}
     failed = [p for p in pages if p.error and p.url not in parsing and spider is not None
               and overrides(spider, "on_error")]
-    fetched = ctx.bodies([p.body_key for p in want] + [p.body_key or "-" for p in failed])
+    # A page a browser rendered is parsed from the DOM it built.
+    fetched = ctx.bodies([p.rendered_key or p.body_key for p in want] + [p.body_key or "-" for p in failed])
     bodies, failed_bodies = fetched[:len(want)], fetched[len(want):]
     batches: dict[int, list[LinkGroup]] = defaultdict(list)
     bad = fragment = not_http = out_of_scope = near = capped = dropped = query_traps = 0
@@ -61,7 +71,8 @@ def parse_stage(ctx: Context, job: Job, token: str,
             # expires, or the rebuilt frontier holds it, and it is fetched again.
             lost.add(page.url)
             continue
-        parsed = parse_html(page.final_url, body, page.content_type, s.max_links_per_page, s.follow_nofollow)
+        parsed = parse_html(page.final_url, body, RENDERED_TYPE if page.rendered_key else page.content_type,
+                            s.max_links_per_page, s.follow_nofollow)
         capped += parsed.dropped_links > 0
         dropped += parsed.dropped_links
         links = parsed.links
@@ -158,7 +169,8 @@ def parse_stage(ctx: Context, job: Job, token: str,
                items=sum(len(p.items) for p in annotated.values()), **hooks,
                **{"dropped_trap:near_duplicate_query": query_traps}, **extracted)
     jobs.count_cycle(ctx.redis, job.id, pages[0].cycle if pages else 0, parsed=len(annotated))
-    ctx.frontier.expect(job.id, {link_token(token, shard): groups_to_json(links) for shard, links in batches.items()},
+    ctx.frontier.expect(job.id, {link_token(token + links_as, shard): groups_to_json(links)
+                                 for shard, links in batches.items()},
                         s.lease_timeout)
     return [annotated.get(p.url, p) for p in pages if p.url not in lost], dict(batches)
 

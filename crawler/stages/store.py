@@ -35,12 +35,14 @@ def store_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage]) ->
             return
         want = [r for r in new if by_url[r.url].body_key or r.status is not None]
         bodies = ctx.bodies([by_url[r.url].body_key or "-" for r in want])
+        doms = ctx.bodies([by_url[r.url].rendered_key or "-" for r in want]) if any(
+            by_url[r.url].rendered_key for r in want) else [None] * len(want)
         warc = ctx.warc(warc_dir, s.warc_max_size)
         archived.append((warc, warc.mark()))
-        for r, body in zip(want, bodies, strict=False):
+        for r, body, dom in zip(want, bodies, doms, strict=False):
             p = by_url[r.url]
             warc.write(r, http_version=p.http_version, request_headers=list(p.request_headers),
-                       response_headers=list(p.headers), body=body or b"")
+                       response_headers=list(p.headers), body=body or b"", rendered=dom)
 
     try:
         written = store.put(records, before_commit=archive)
@@ -59,7 +61,7 @@ def store_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage]) ->
                          gone=tally[schedule.GONE])
     ctx.frontier.release(job.id, [(p.url, token) for p in pages], delay=s.delay, max_depth=s.max_depth)
     pipe = ctx.redis.pipeline(transaction=False)
-    body_keys = [p.body_key for p in pages if p.body_key]
+    body_keys = [k for p in pages for k in (p.body_key, p.rendered_key) if k]
     if body_keys:
         ctx.frontier.drop_bodies(body_keys, pipe)
     storeretry.clear(pipe, job.id)
@@ -127,4 +129,5 @@ def to_record(job_id: str, token: str, node: str, p: FetchedPage) -> PageRecord:
         content=ContentRecord(p.main_format, p.main_text or "", title=p.main_title, author=p.main_author,
                               date=p.main_date, language=p.main_language) if p.main_format else None,
         items=list(p.items) if p.items_parsed else None,
+        render=p.render,
     )

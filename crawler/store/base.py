@@ -55,6 +55,7 @@ class PageRecord:
     gone_cycle: int | None = None  # the cycle in which a page that was there answered 404/410
     revisit_interval: float = 0.0  # seconds between visits, adapted to how often it changes
     next_visit: float = 0.0  # when the page is due again
+    render: str = ""  # rendered in a browser (``rendered``...), the reason it could not be, or "" (not asked)
     # Not a column of ``pages``: the page's row in ``content``, written in the same transaction.
     content: ContentRecord | None = field(default=None, metadata={"column": False})
     # Not a column either: the page's rows in ``items``, what the job's spider yielded for this

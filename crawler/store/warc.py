@@ -70,7 +70,9 @@ class WarcFiles:
         return self._fh
 
     def write(self, rec: PageRecord, *, http_version: str, request_headers: list[tuple[str, str]],
-              response_headers: list[tuple[str, str]], body: bytes) -> None:
+              response_headers: list[tuple[str, str]], body: bytes, rendered: bytes | None = None) -> None:
+        """The exchange as a request and a response record; with ``rendered`` (the DOM a browser
+        built from the response), a resource record of it too, tied to the response."""
         if rec.status is None:
             return  # nothing came back: there is no exchange to archive
         writer = WARCWriter(BytesIO(), gzip=False)
@@ -91,7 +93,15 @@ class WarcFiles:
             http_headers=StatusAndHeaders(f"GET {path} {http_version}", request_headers, is_http_request=True),
             warc_headers_dict={"WARC-Record-ID": req_id, "WARC-Date": date, "WARC-Concurrent-To": resp_id},
         )
-        self._append(memoryview(_member(request) + _member(response)))
+        members = _member(request) + _member(response)
+        if rendered is not None:
+            dom_id = f"<urn:uuid:{uuid.uuid5(_NS, f'{rec.job_id} {rec.url} {rec.fetch_id} rendered')}>"
+            resource = writer.create_warc_record(
+                target, "resource", payload=BytesIO(rendered), warc_content_type="text/html; charset=utf-8",
+                warc_headers_dict={"WARC-Record-ID": dom_id, "WARC-Date": date, "WARC-Concurrent-To": resp_id},
+            )
+            members += _member(resource)
+        self._append(memoryview(members))
 
     def _append(self, data: memoryview) -> None:
         fh = self._open()

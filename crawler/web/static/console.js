@@ -200,7 +200,8 @@ async function jobPage(view, jobId) {
     q("#hosts-next").disabled = page.offset + page.hosts.length >= page.total;
     fill(q("#hosts tbody"), page.hosts.map(h => {
       const o = h.override ? Object.entries(h.override).map(([k, v]) => `${k} ${v}`).join(", ") : "";
-      const tr = row([h.host, h.queued, h.queued_in_store, h.inflight, Number(h.delay).toFixed(2), h.fetched, h.errors, o],
+      const tr = row([h.host, h.queued, h.queued_in_store, h.inflight, Number(h.delay).toFixed(2), h.fetched, h.errors,
+                      h.render || "", o],
                      [1, 2, 3, 4, 5, 6]);
       tr.firstChild.className = "host";
       tr.addEventListener("click", () => { q("#override-form").elements.host.value = h.host; });

@@ -1,0 +1,124 @@
+"""The render stage: fetched pages that need a browser in, the same pages out with the DOM the
+browser built parked beside their HTTP body (``rendered_key``), for parse to read instead.
+
+A page that cannot be rendered (its scripts run past ``render_timeout``, the browser crashes,
+no Chromium here) goes on to parse from its HTML with the reason in ``render``: it is stored,
+never lost. With ``render=auto`` each rendered page is compared with its own HTML and the
+host's decision learns from it (``crawler.render.decide``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+from collections import Counter
+from typing import cast
+
+from crawler import jobs
+from crawler.fetch.client import HttpFetcher, runtime
+from crawler.jobs import Job
+from crawler.messages import FetchedPage
+from crawler.parse import parse_html
+from crawler.render import decide
+from crawler.render.browser import Browser, Rendered, RenderUnavailable, chromium_path
+from crawler.render.guard import Guard, HostTurns
+from crawler.settings import Settings
+from crawler.stages.context import Context
+from crawler.stages.fetch import BODY_TTL, WANTED, fetch_config
+from crawler.urls import host_key
+
+RENDERED_TYPE = "text/html; charset=utf-8"
+
+_browser: Browser | None = None
+_browser_pid = 0
+
+
+def browser(s: Settings) -> Browser:
+    """This process's browser (RenderUnavailable without Chromium), rebuilt after a fork."""
+    global _browser, _browser_pid
+    if _browser is None or _browser_pid != os.getpid():
+        _browser = Browser(chromium_path(s.chromium), s.render_pages, s.render_recycle_pages, s.render_max_rss)
+        _browser_pid = os.getpid()
+    return _browser
+
+
+def wanted(page: FetchedPage) -> bool:
+    return page.render.startswith(WANTED)
+
+
+def wait_selector(page: FetchedPage) -> str:
+    return page.render.partition(":")[2]
+
+
+def render_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage]) -> list[FetchedPage]:
+    """Render the pages marked for it; return every page, rendered or with the reason it was not."""
+    s = job.settings
+    ctx.frontier.renew(job.id, [(p.url, token) for p in pages], s.lease_timeout)
+    todo = [p for p in pages if wanted(p) and p.body_key]
+    bodies = ctx.bodies([p.body_key for p in todo])
+    counts: Counter[str] = Counter()
+    try:
+        b = browser(s)
+    except RenderUnavailable:
+        jobs.count(ctx.redis, job.id, render_unavailable=len(todo))
+        return [dataclasses.replace(p, render="render_unavailable") if wanted(p) else p for p in pages]
+    rt = runtime()
+    config = fetch_config(job)
+    # The guard sends any method a page asks for: the client itself, not the fetch-only protocol.
+    fetcher = cast(HttpFetcher, ctx.fetcher or rt.fetcher(config))
+    robots = ctx.politeness.robots_check(job, fetcher, config) if s.obey_robots else None
+    turns = HostTurns(s.per_host, s.delay)
+    guards = [Guard(p.final_url or p.url, body or b"", p.content_type, fetcher, config, robots, turns, counts)
+              for p, body in zip(todo, bodies, strict=True)]
+
+    leases = [(p.url, token) for p in pages]
+
+    async def keep_leases() -> None:
+        # A batch of slow pages may take longer than a lease: hold them while they render.
+        while True:
+            await asyncio.sleep(s.lease_timeout / 3)
+            ctx.frontier.renew(job.id, leases, s.lease_timeout)
+
+    async def render_all() -> list[Rendered]:
+        await b.recycle_if_due()
+        keeper = asyncio.ensure_future(keep_leases())
+        try:
+            return list(await asyncio.gather(*(
+                b.render(g.url, g, s.render_timeout, s.render_settle, wait_selector(p)) if body is not None
+                else _lost() for p, g, body in zip(todo, guards, bodies, strict=True))))
+        finally:
+            keeper.cancel()
+
+    results = dict(zip([p.url for p in todo], zip(rt.run(render_all()), guards, bodies, strict=True), strict=True))
+    pipe = ctx.redis.pipeline(transaction=False)
+    out: list[FetchedPage] = []
+    for p in pages:
+        if p.url not in results:
+            out.append(dataclasses.replace(p, render="") if wanted(p) else p)
+            continue
+        got, guard, body = results[p.url]
+        if not got.html:
+            counts[got.error] += 1
+            out.append(dataclasses.replace(p, render=got.error))
+            continue
+        dom = got.html.encode("utf-8", "replace")
+        key = ctx.frontier.hold_body(job.id, token, p.url + "#rendered", dom, BODY_TTL, pipe)
+        note = "rendered" + (f", {guard.blocked} requests blocked" if guard.blocked else "")
+        counts["rendered"] += 1
+        if s.render == "auto" and body is not None:
+            decide.learn(ctx.redis, job.id, s, host_key(p.url), compare(p, body, dom, s))
+        out.append(dataclasses.replace(p, rendered_key=key, render=note))
+    jobs.count(pipe, job.id, **counts)
+    pipe.execute()
+    return out
+
+
+async def _lost() -> Rendered:
+    return Rendered(error="render_body_lost")
+
+
+def compare(page: FetchedPage, body: bytes, dom: bytes, s: Settings) -> decide.Comparison:
+    raw = parse_html(page.final_url or page.url, body, page.content_type, s.max_links_per_page, True)
+    rendered = parse_html(page.final_url or page.url, dom, RENDERED_TYPE, s.max_links_per_page, True)
+    return decide.Comparison(len(set(raw.links)), len(set(rendered.links)), len(raw.text), len(rendered.text))
