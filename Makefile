@@ -41,10 +41,11 @@ demo: $(PY)
 
 # Benchmarks, not tests: numbers for the README and issue notes.
 # `make bench`: ours against Scrapy and scrapy-redis on one synthetic web (installs the peers),
-# then the CPU cost per page of main-text extraction (`--extract`).
+# then the CPU cost per page of main-text extraction (`--extract`), then rendering's pages/s and memory.
 bench: bench-install
 	$(PY) -m bench.peers $(BENCH_ARGS)
 	$(PY) -m bench.extract_cost
+	$(PY) -m bench.render
 
 bench-extract: $(PY)
 	$(PY) -m bench.extract_cost

@@ -30,6 +30,7 @@ from crawler.urls import domain_of, host_key
 # How long a fetched body may wait in Redis for parse and store: past any lease.
 BODY_TTL = 3600
 WANTED = "wanted"  # a page's ``render`` mark on its way to the render queue
+RENDER_WAIT = 4  # render timeouts a page bound for the browser may wait in its queue, past its lease
 
 
 def fetch_config(job: Job) -> FetchConfig:
@@ -124,7 +125,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     ctx.frontier.fetched(job.id, done, lease_timeout=s.lease_timeout, delay=s.delay, pipe=pipe)
     pipe.execute()
     if s.render != "never":
-        pages = _mark_for_render(ctx, job, spider, pages, hook_counts)
+        pages = _mark_for_render(ctx, job, token, spider, pages)
     if s.sitemaps and policies:
         found, over_cap = ctx.politeness.sitemap_urls(job, policies, fetcher, config, rt.run)
         _admit_sitemaps(ctx, job, found)
@@ -150,21 +151,26 @@ def _page(ctx: Context, e: Entry, r: FetchResult, body_key: str, with_headers: b
     )
 
 
-def _mark_for_render(ctx: Context, job: Job, spider: Spider | None, pages: list[FetchedPage],
-                     counts: Counter[str]) -> list[FetchedPage]:
+def _mark_for_render(ctx: Context, job: Job, token: str, spider: Spider | None,
+                     pages: list[FetchedPage]) -> list[FetchedPage]:
     """Mark the HTML pages a browser is to render (``render``: ``wanted[:<selector>]``): the
     job's ``render`` setting decides, per host for ``auto``, unless the spider says otherwise."""
     html = [p for p in pages if p.status == 200 and p.body_key and not p.unchanged and is_html(p.content_type)]
     chosen = decide.choose(ctx.redis, job.id, job.settings, [host_key(p.url) for p in html])
     asks = spider is not None and overrides(spider, "render")
     marks: dict[str, str] = {}
+    counts: Counter[str] = Counter()
     for p in html:
         wish = render_wish(spider, p.url, counts) if asks and spider is not None else None
         if wish is False or (wish is None and host_key(p.url) not in chosen):
             continue
         marks[p.url] = WANTED + (f":{wish}" if isinstance(wish, str) and wish else "")
+    if marks or counts:
+        jobs.count(ctx.redis, job.id, render_queued=len(marks), **counts)
     if marks:
-        jobs.count(ctx.redis, job.id, render_queued=len(marks))
+        # They may wait behind other pages for a browser: hold them longer than a parse would.
+        ctx.frontier.renew(job.id, [(p.url, token) for p in html if p.url in marks], job.settings.lease_timeout,
+                           extra=RENDER_WAIT * job.settings.render_timeout)
     return [dataclasses.replace(p, render=marks[p.url]) if p.url in marks else p for p in pages]
 
 

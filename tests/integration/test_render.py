@@ -80,6 +80,22 @@ def test_auto_renders_the_scripted_host_only_and_finds_every_script_built_link(
     assert "render" in out.stdout and " yes" in out.stdout and " no" in out.stdout
 
 
+def test_a_spider_chooses_the_pages_to_render_and_what_to_wait_for(
+        web: ScriptedWeb, workers: Workers, r: redis.Redis, tmp_path: Path) -> None:
+    workers.start("w0", "shard-0", env={"CRAWLER_SHARDS": "1"})
+    workers.start("render", "render")
+    job_id = jobs.submit(r, _settings(tmp_path, web, spider="tests.spiders.render:RenderSpider",
+                                      render_sample=100), web.seeds())
+    st = _wait(r, job_id, 120)
+    assert st["status"] == "done", st
+    rows = rows_by_url(tmp_path / "crawl.db")
+    assert set(rows) == web.reachable()
+    js, plain = (web.origin(ip) for ip in web.ips)
+    assert all(row["render"] == "" for u, row in rows.items() if u.startswith(plain))
+    assert rows[js + "/a1"]["render"] == "rendered"
+
+
+@pytest.mark.chaos
 def test_a_killed_render_worker_loses_nothing(web: ScriptedWeb, workers: Workers, r: redis.Redis,
                                               tmp_path: Path) -> None:
     workers.start("w0", "shard-0", env={"CRAWLER_SHARDS": "1"})

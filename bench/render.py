@@ -1,0 +1,138 @@
+"""Rendering cost (part of ``make bench``): a crawl of a site whose pages build their links with
+scripts (4 hosts on 127.0.6.1-4, 2,400 pages), with ``--render always``: one shard worker and
+one render worker (one Chromium, ``render_pages`` pages at once), as ``crawler crawl`` runs them.
+Reports rendered pages/s and the render worker's memory (the worker and its browser's processes)
+sampled every 2 s, to show it stays flat across the run (the browser is restarted every
+``render_recycle_pages`` pages). Needs Debian's chromium.
+
+    python -m bench.render [--pages 2400] [--hosts 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import psutil
+
+from bench.peers import RESULTS
+from crawler import jobs
+from crawler.embedded import crawl
+from crawler.render.browser import RenderUnavailable, chromium_path
+from crawler.settings import Settings
+
+FANOUT = 4
+TEXT = "Rendered text that a script writes into the page for the crawler to read. " * 20
+
+
+def page(n: int, per_host: int) -> bytes:
+    kids = [k for k in range(FANOUT * n + 1, FANOUT * n + FANOUT + 1) if k < per_host]
+    js = "".join(f"a=document.createElement('a');a.href='/p{k}';a.textContent='p{k}';m.appendChild(a);" for k in kids)
+    return (f"<!DOCTYPE html><html><head><title>p{n}</title></head><body><main id=m></main><script>"
+            f"var m=document.getElementById('m'),a;{js}"
+            f"var t=document.createElement('p');t.textContent={TEXT!r};m.appendChild(t);</script></body></html>"
+            ).encode()
+
+
+def serve(ips: list[str], per_host: int) -> tuple[int, list[ThreadingHTTPServer]]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            ok = path.startswith("/p") and path[2:].isdigit() and int(path[2:]) < per_host
+            body = page(int(path[2:]), per_host) if ok else b"not found"
+            self.send_response(200 if ok else 404)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    first = ThreadingHTTPServer((ips[0], 0), Handler)
+    port = first.server_address[1]
+    servers = [first, *(ThreadingHTTPServer((ip, port), Handler) for ip in ips[1:])]
+    for s in servers:
+        s.daemon_threads = True
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+    return port, servers
+
+
+def render_worker_rss() -> int:
+    """Bytes the render worker and its browser hold now (0 if it is not up)."""
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "celery" in " ".join(p.cmdline()) and "render" in p.cmdline():
+                return p.memory_info().rss + sum(c.memory_info().rss for c in p.children(recursive=True))
+        except psutil.Error:
+            pass
+    return 0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pages", type=int, default=2400)
+    ap.add_argument("--hosts", type=int, default=4)
+    args = ap.parse_args()
+    try:
+        chromium_path()
+    except RenderUnavailable as exc:
+        print(f"bench.render: skipped: {exc}")
+        return
+    ips = [f"127.0.6.{i + 1}" for i in range(args.hosts)]
+    per_host = args.pages // args.hosts
+    port, servers = serve(ips, per_host)
+    samples: list[tuple[float, int, int]] = []  # (elapsed, rendered, rss)
+    last = [-10.0]
+
+    def progress(st: dict[str, Any], elapsed: float) -> None:
+        if elapsed - last[0] >= 2.0 or st["status"] in jobs.FINISHED:
+            last[0] = elapsed
+            samples.append((elapsed, st["counters"].get("rendered", 0), render_worker_rss()))
+
+    settings = Settings.from_env(render="always", shards=1, workers=1, allow_networks=[f"{ip}/32" for ip in ips],
+                                 allow_domains=ips, task_events=False)
+    with tempfile.TemporaryDirectory(prefix="bench-render-") as tmp:
+        started = time.monotonic()
+        outcome = crawl(settings, [f"http://{ip}:{port}/p0" for ip in ips], tmp, progress, poll=0.5)
+        wall = time.monotonic() - started
+    for s in servers:
+        s.shutdown()
+    c = outcome.status["counters"]
+    rendered = c.get("rendered", 0)
+    live = [rss for _, _, rss in samples if rss]
+    tenth = max(1, len(live) // 10)
+    result = {
+        "pages": args.pages, "hosts": args.hosts, "rendered": rendered, "stored": c.get("stored", 0),
+        "render_errors": {k: v for k, v in c.items() if k.startswith("render_") and k != "render_queued"},
+        "wall_s": wall, "rendered_per_s": rendered / wall,
+        "render_worker_peak_rss_mb": max(live, default=0) / 2**20,
+        "rss_first_tenth_mb": statistics.median(live[:tenth]) / 2**20 if live else 0,
+        "rss_last_tenth_mb": statistics.median(live[-tenth:]) / 2**20 if live else 0,
+        "render_pages": settings.render_pages, "recycle_after": settings.render_recycle_pages,
+        "samples": samples,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"render-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(json.dumps(result, indent=1))
+    print(f"render: {rendered} pages rendered of {c.get('stored', 0)} stored in {wall:.0f}s: "
+          f"{result['rendered_per_s']:.1f} pages/s with {settings.render_pages} pages at once")
+    print(f"render worker RSS (worker + browser): peak {result['render_worker_peak_rss_mb']:.0f} MB; median "
+          f"{result['rss_first_tenth_mb']:.0f} MB over the first tenth of the run, "
+          f"{result['rss_last_tenth_mb']:.0f} MB over the last")
+    print(f"written: {out}")
+    if rendered < args.pages * 0.99:
+        sys.exit(f"bench.render: only {rendered} of {args.pages} pages rendered")
+
+
+if __name__ == "__main__":
+    main()
