@@ -64,8 +64,9 @@ class PageRecord:
     items: list[dict[str, Any]] | None = field(default=None, metadata={"column": False})
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``pages`` columns."""
-        return {c: v for c, v in asdict(self).items() if c in COLUMNS}
+        """The ``pages`` columns (the values themselves: ``asdict`` deep-copied every page's
+        outlinks, items and text, 0.13 ms of a store task's CPU per page)."""
+        return {c: getattr(self, c) for c in COLUMNS}
 
     def content_row(self) -> dict[str, Any] | None:
         """The ``content`` columns (``CONTENT_TABLE_COLUMNS``), or None when there is no text

@@ -260,7 +260,9 @@ async function jobPage(view, jobId) {
     const err = st.error || (st.store_error ? "store: " + st.store_error.error : "");
     q("#job-error").textContent = err;
     q("#job-error").hidden = !err;
-    fill(q("#counters tbody"), Object.entries(c).filter(([k]) => !k.startsWith("error:")).map(([k, v]) => {
+    // Where the waiting URLs are: host queues in Redis (capped per host) and the store's frontier table.
+    const where = {queued_in_redis: st.queued_in_redis || 0, queued_in_store: st.queued_in_store || 0};
+    fill(q("#counters tbody"), Object.entries({...where, ...c}).filter(([k]) => !k.startsWith("error:")).map(([k, v]) => {
       const tr = row([k.replace(/_/g, " "), v], [1]);
       tr.lastChild.id = "counter-" + k;
       return tr;
