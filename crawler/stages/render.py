@@ -103,6 +103,11 @@ def render_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage]) -
             out.append(dataclasses.replace(p, render=got.error))
             continue
         dom = got.html.encode("utf-8", "replace")
+        if len(dom) > s.max_body:
+            # Scripts can build a document of any size: past the body cap it is not kept.
+            counts["render_too_large"] += 1
+            out.append(dataclasses.replace(p, render="render_too_large"))
+            continue
         key = ctx.frontier.hold_body(job.id, token, p.url + "#rendered", dom, BODY_TTL, pipe)
         note = "rendered" + (f", {guard.blocked} requests blocked" if guard.blocked else "")
         counts["rendered"] += 1
