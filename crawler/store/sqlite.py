@@ -148,12 +148,17 @@ class SQLiteStore:
         cur.execute("BEGIN IMMEDIATE")
         try:
             stored: dict[tuple[str, str], str] = {}
-            keys = [(r.job_id, r.url) for r in records]
-            for i in range(0, len(keys), 400):
-                chunk = keys[i : i + 400]
-                pairs = ",".join(["(?, ?)"] * len(chunk))
-                q = f"SELECT job_id, url, fetch_id FROM pages WHERE (job_id, url) IN (VALUES {pairs})"
-                stored.update(((j, u), f) for j, u, f in cur.execute(q, [x for k in chunk for x in k]).fetchall())
+            by_job: dict[str, list[str]] = {}
+            for r in records:
+                by_job.setdefault(r.job_id, []).append(r.url)
+            # ``job_id = ? AND url IN (...)`` searches the (job_id, url) index; a row-value
+            # ``(job_id, url) IN (VALUES ...)`` scanned the whole table on every store task, which
+            # made the store's cost per page grow with the pages already stored (make bench-scale).
+            for job_id, urls in by_job.items():
+                for i in range(0, len(urls), 500):
+                    chunk = urls[i : i + 500]
+                    q = f"SELECT url, fetch_id FROM pages WHERE job_id = ? AND url IN ({','.join('?' * len(chunk))})"
+                    stored.update(((job_id, u), f) for u, f in cur.execute(q, [job_id, *chunk]).fetchall())
             new = [r for r in records if stored.get((r.job_id, r.url)) != r.fetch_id]
             if new:
                 if before_commit is not None:
