@@ -67,15 +67,27 @@ def serve(ips: list[str], per_host: int) -> tuple[int, list[ThreadingHTTPServer]
     return port, servers
 
 
-def render_worker_rss() -> int:
-    """Bytes the render worker and its browser hold now (0 if it is not up)."""
+def render_worker_memory() -> tuple[int, int]:
+    """Bytes the render worker and its browser's processes hold now, (PSS, RSS), summed over the
+    processes; (0, 0) if it is not up. PSS splits pages the processes share (Chromium's renderers
+    share most of theirs), so its sum is what the worker costs the machine; summed RSS counts
+    shared pages once per process and overstates it."""
     for p in psutil.Process().children(recursive=True):
         try:
             if "celery" in " ".join(p.cmdline()) and "render" in p.cmdline():
-                return p.memory_info().rss + sum(c.memory_info().rss for c in p.children(recursive=True))
+                procs = [p, *p.children(recursive=True)]
+                pss = rss = 0
+                for q in procs:
+                    try:
+                        info = q.memory_full_info()
+                    except psutil.Error:
+                        continue
+                    pss += info.pss
+                    rss += info.rss
+                return pss, rss
         except psutil.Error:
             pass
-    return 0
+    return 0, 0
 
 
 def main() -> None:
@@ -91,13 +103,13 @@ def main() -> None:
     ips = [f"127.0.6.{i + 1}" for i in range(args.hosts)]
     per_host = args.pages // args.hosts
     port, servers = serve(ips, per_host)
-    samples: list[tuple[float, int, int]] = []  # (elapsed, rendered, rss)
+    samples: list[tuple[float, int, int, int]] = []  # (elapsed, rendered, pss, rss)
     last = [-10.0]
 
     def progress(st: dict[str, Any], elapsed: float) -> None:
         if elapsed - last[0] >= 2.0 or st["status"] in jobs.FINISHED:
             last[0] = elapsed
-            samples.append((elapsed, st["counters"].get("rendered", 0), render_worker_rss()))
+            samples.append((elapsed, st["counters"].get("rendered", 0), *render_worker_memory()))
 
     settings = Settings.from_env(render="always", shards=1, workers=1, allow_networks=[f"{ip}/32" for ip in ips],
                                  allow_domains=ips, task_events=False)
@@ -109,15 +121,17 @@ def main() -> None:
         s.shutdown()
     c = outcome.status["counters"]
     rendered = c.get("rendered", 0)
-    live = [rss for _, _, rss in samples if rss]
+    live = [pss for _, _, pss, _ in samples if pss]
+    live_rss = [rss for _, _, _, rss in samples if rss]
     tenth = max(1, len(live) // 10)
     result = {
         "pages": args.pages, "hosts": args.hosts, "rendered": rendered, "stored": c.get("stored", 0),
         "render_errors": {k: v for k, v in c.items() if k.startswith("render_") and k != "render_queued"},
         "wall_s": wall, "rendered_per_s": rendered / wall,
-        "render_worker_peak_rss_mb": max(live, default=0) / 2**20,
-        "rss_first_tenth_mb": statistics.median(live[:tenth]) / 2**20 if live else 0,
-        "rss_last_tenth_mb": statistics.median(live[-tenth:]) / 2**20 if live else 0,
+        "render_worker_peak_pss_mb": max(live, default=0) / 2**20,
+        "render_worker_peak_rss_sum_mb": max(live_rss, default=0) / 2**20,
+        "pss_first_tenth_mb": statistics.median(live[:tenth]) / 2**20 if live else 0,
+        "pss_last_tenth_mb": statistics.median(live[-tenth:]) / 2**20 if live else 0,
         "render_pages": settings.render_pages, "recycle_after": settings.render_recycle_pages,
         "samples": samples,
     }
@@ -126,9 +140,10 @@ def main() -> None:
     out.write_text(json.dumps(result, indent=1))
     print(f"render: {rendered} pages rendered of {c.get('stored', 0)} stored in {wall:.0f}s: "
           f"{result['rendered_per_s']:.1f} pages/s with {settings.render_pages} pages at once")
-    print(f"render worker RSS (worker + browser): peak {result['render_worker_peak_rss_mb']:.0f} MB; median "
-          f"{result['rss_first_tenth_mb']:.0f} MB over the first tenth of the run, "
-          f"{result['rss_last_tenth_mb']:.0f} MB over the last")
+    print(f"render worker memory (worker + browser, PSS): peak {result['render_worker_peak_pss_mb']:.0f} MB "
+          f"(summed RSS {result['render_worker_peak_rss_sum_mb']:.0f} MB); median "
+          f"{result['pss_first_tenth_mb']:.0f} MB over the first tenth of the run, "
+          f"{result['pss_last_tenth_mb']:.0f} MB over the last")
     print(f"written: {out}")
     if rendered < args.pages * 0.99:
         sys.exit(f"bench.render: only {rendered} of {args.pages} pages rendered")

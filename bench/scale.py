@@ -13,10 +13,11 @@ last part of this crawl is the six big hosts alone, and at one request per host 
 with delays that grow with the server's response time, its rate would measure politeness, not
 cost (a run with the defaults fell from 150 to 55 pages/s once the small hosts were done).
 
-Redis bytes per queued URL and per seen URL: used memory is regressed (least squares) on the
-URLs queued in Redis and the URLs seen at each sample; with host queues capped the first
-stays small, so the second is read from how memory grows with the crawl (the Bloom filter is
-sized up front, so it is near zero unless it grows a layer). A run with ``--queue-cap 0`` shows
+Redis bytes per queued URL and per seen URL, two ways. Every 60 s (and at the end) every key's
+``MEMORY USAGE`` is summed by what the key is: host queues over the URLs they hold, the
+seen-set (Bloom filter) over the URLs seen, the near-duplicate index over the pages stored.
+And used memory is regressed (least squares) on the URLs queued in Redis and the URLs seen at
+each sample, which counts whatever else grows with the crawl. A run with ``--queue-cap 0`` shows
 what uncapped queues cost.
 """
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from redis import Redis
 
 from bench.peers import RESULTS
 from bench.scaleweb import ScaleSpec, reachable
@@ -45,6 +48,43 @@ from crawler.redisconn import connect
 from crawler.settings import Settings
 
 EVERY = 10.0
+BREAKDOWN_EVERY = 60.0  # seconds between key-by-key accounts of Redis memory
+
+
+def key_family(key: bytes) -> str:
+    """What a key is, for the memory account: a job's keys by their name's first parts (a host
+    queue is ``q``, the near-duplicate index's bands ``sh:#`` and records ``sh:d``), others by
+    theirs, numbers elided."""
+    k = key.decode(errors="replace")
+    m = re.match(r"c:\{[^}]*\}:(.*)", k)
+    if m:
+        parts = m.group(1).split(":")
+        name = ":".join(parts[:2]) if parts[0] in ("sh", "bf") else parts[0]
+        return "job:" + re.sub(r"\d+", "#", name)
+    return re.sub(r"\d+", "#", ":".join(k.split(":")[:2]))[:40]
+
+
+def memory_by_family(redis: Redis) -> dict[str, dict[str, int]]:
+    """Bytes and keys per key family (MEMORY USAGE of every key, every element counted)."""
+    out: dict[str, dict[str, int]] = {}
+    batch: list[bytes] = []
+
+    def flush() -> None:
+        pipe = redis.pipeline(transaction=False)
+        for key in batch:
+            pipe.memory_usage(key, samples=0)
+        for key, used in zip(batch, pipe.execute(), strict=True):
+            fam = out.setdefault(key_family(key), {"bytes": 0, "keys": 0})
+            fam["bytes"] += int(used or 0)
+            fam["keys"] += 1
+        batch.clear()
+
+    for key in redis.scan_iter(count=1000):
+        batch.append(key)
+        if len(batch) >= 500:
+            flush()
+    flush()
+    return out
 
 
 class Sampler:
@@ -53,6 +93,7 @@ class Sampler:
         self.redis_pid = int(self.redis.info("server")["process_id"])
         self.samples: list[dict[str, Any]] = []
         self.last = 0.0
+        self.last_breakdown = -BREAKDOWN_EVERY
         self.total = job_pages
 
     def _workers(self) -> list[psutil.Process]:
@@ -87,6 +128,9 @@ class Sampler:
             "queued_redis": st.get("queued_in_redis", 0), "queued_store": st.get("queued_in_store", 0),
             "seen": c.get("admitted", 0), "worker_rss": rss,
         })
+        if elapsed - self.last_breakdown >= BREAKDOWN_EVERY or st["status"] in jobs.FINISHED:
+            self.last_breakdown = elapsed
+            self.samples[-1]["memory"] = memory_by_family(self.redis)
         s = self.samples[-1]
         print(f"  {elapsed:6.0f}s stored {s['stored']:7d}  redis {s['redis_used'] / 2**20:7.1f} MB  queued "
               f"{s['queued_redis']:6d} redis / {s['queued_store']:6d} store  rss "
@@ -131,6 +175,31 @@ def per_url_bytes(samples: list[dict[str, Any]]) -> dict[str, float]:
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
     return {"base_bytes": float(coef[0]), "bytes_per_queued_url": float(coef[1]), "bytes_per_seen_url": float(coef[2]),
             "peak_used_bytes": float(y.max()), "peak_queued_redis": float(max(s["queued_redis"] for s in rows))}
+
+
+def accounted(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Redis bytes per queued URL (host queues at the sample with the most queued), per seen URL
+    (the seen-set, Bloom or exact, at the last sample) and per stored page (the near-duplicate
+    index), from the key-by-key accounts, with the largest families at the end."""
+    counted = [s for s in samples if "memory" in s]
+    if not counted:
+        return {}
+
+    def fam(s: dict[str, Any], *names: str) -> int:
+        return sum(v["bytes"] for k, v in s["memory"].items() if k in names or any(
+            k.startswith(n + ":") for n in names))
+
+    busiest = max(counted, key=lambda s: s["queued_redis"])
+    last = counted[-1]
+    return {
+        "bytes_per_queued_url": fam(busiest, "job:q") / max(1, busiest["queued_redis"]),
+        "queued_at": busiest["queued_redis"],
+        "seen_set_bytes": fam(last, "job:bf", "job:bloom", "job:seen"), "seen": last["seen"],
+        "bytes_per_seen_url": fam(last, "job:bf", "job:bloom", "job:seen") / max(1, last["seen"]),
+        "near_dup_bytes": fam(last, "job:sh", "job:shseq"), "stored": last["stored"],
+        "near_dup_bytes_per_page": fam(last, "job:sh", "job:shseq") / max(1, last["stored"]),
+        "largest_at_end": dict(sorted(last["memory"].items(), key=lambda kv: -kv[1]["bytes"])[:8]),
+    }
 
 
 def chart(samples: list[dict[str, Any]], path: Path) -> None:
@@ -224,7 +293,7 @@ def main() -> None:
         "first_tenth_pages_per_s": first, "last_tenth_pages_per_s": last,
         "last_over_first": last / first if first else 0.0,
         "worker_rss_after_warmup_mb": [min(rss_after) / 2**20, max(rss_after) / 2**20] if rss_after else [],
-        "redis": per_url_bytes(samples), "samples": samples,
+        "redis": per_url_bytes(samples), "redis_accounted": accounted(samples), "samples": samples,
     }
     out = RESULTS / f"scale-{stamp}.json"
     out.write_text(json.dumps(result, indent=1))
@@ -238,6 +307,14 @@ def main() -> None:
     if rb:
         print(f"Redis: peak {rb['peak_used_bytes'] / 2**20:.1f} MB; {rb['bytes_per_queued_url']:.0f} B per queued URL, "
               f"{rb['bytes_per_seen_url']:.1f} B per seen URL (least squares over the samples)")
+    acc = result["redis_accounted"]
+    if acc:
+        print(f"Redis, key by key: host queues {acc['bytes_per_queued_url']:.0f} B per queued URL (at "
+              f"{acc['queued_at']:,} queued); seen-set {acc['seen_set_bytes'] / 2**20:.1f} MB for {acc['seen']:,} "
+              f"URLs ({acc['bytes_per_seen_url']:.1f} B each); near-duplicate index "
+              f"{acc['near_dup_bytes_per_page']:.0f} B per stored page")
+        print("largest at the end: " + ", ".join(f"{k} {v['bytes'] / 2**20:.1f} MB ({v['keys']} keys)"
+                                                  for k, v in acc["largest_at_end"].items()))
     print(f"written: {out}, {out.with_suffix('.png')}")
 
 

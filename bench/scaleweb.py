@@ -6,7 +6,11 @@ Pages are shaped as documentation sites' are: 30-150 KB, 100-300 links each, mos
 fragments (``#s12``) and navigation repeated on every page of the host, then the page's children
 (every host's pages form a tree under ``/p0``, so all of them are reachable) and two links to
 other hosts' home pages. Bodies are a slice of one long text held once, so the server spends
-little CPU per page; a page's size, link count and slice follow from (host, page) alone.
+little CPU per page; a page's size, link count and slice follow from (host, page) alone. The
+text's words come from a vocabulary of 50,000, drawn by Zipf's law as a language's are, so pages
+share their common words but differ as documentation pages do: as many distinct words as a real
+page, and near-duplicates only where two slices overlap (the near-duplicate index and its Redis
+memory are exercised as on a real site, not answered by one page everyone duplicates).
 
     python -m bench.scaleweb PORT LOG HOSTS BIG_HOSTS BIG_PAGES PAGES   # serve, until SIGTERM
 """
@@ -14,6 +18,7 @@ little CPU per page; a page's size, link count and slice follow from (host, page
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import signal
 import sys
@@ -25,9 +30,12 @@ from functools import cached_property
 NAV = 12  # navigation links repeated on every page of a host
 CHILDREN = 4  # tree fan-out: page i links to pages 4i+1 .. 4i+4
 CROSS = 2  # links to other hosts' home pages
-_WORDS = ("documentation reference guide install configure module function parameter return value example "
-          "tutorial release note version upgrade deprecated option setting server client request response "
-          "error handling section chapter table index search api class method")
+_SYLLABLE_TEXT = ("do cu men ta tion re fe ren ce gui de in stal con fi gu mo du le func pa ra me ter val ex am "
+              "ple tu to ri al lea se no te ver si on up gra op set ting ser cli ent qu est spon er ror han "
+              "dl sec chap ble dex sea rch api cla ss me tho")
+_SYLLABLES = _SYLLABLE_TEXT.split()
+VOCABULARY = 50_000
+TEXT_BYTES = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -88,12 +96,17 @@ class Pages:
 
     def __init__(self, spec: ScaleSpec) -> None:
         self.spec = spec
-        words = _WORDS.split()
         rng = random.Random(7)
+        vocabulary: set[str] = set()
+        while len(vocabulary) < VOCABULARY:
+            vocabulary.add("".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 4))))
+        words = sorted(vocabulary)
+        rng.shuffle(words)
+        zipf = list(itertools.accumulate(1.0 / rank for rank in range(1, len(words) + 1)))
         paras = []
         size = 0
-        while size < 400_000:
-            p = "<p>" + " ".join(rng.choice(words) for _ in range(rng.randint(40, 120))) + ".</p>\n"
+        while size < TEXT_BYTES:
+            p = "<p>" + " ".join(rng.choices(words, cum_weights=zipf, k=rng.randint(40, 120))) + ".</p>\n"
             paras.append(p)
             size += len(p)
         self.text = "".join(paras)

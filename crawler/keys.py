@@ -225,15 +225,25 @@ def bloom_memo(job: str, token: str) -> str:
     return prefix(job) + f"bm:{token}"
 
 
-SIMHASH_BAND = "sh:"
+SIMHASH_BAND = "sh:"  # every key of the near-duplicate index starts so (crawler.dedup.neardup)
+SIMHASH_BUCKET_BITS = 7  # a band key holds 2**7 band values, one hash field each
+SIMHASH_PAGES_PER_KEY = 128  # pages per list of the index's page records
 
 
-def simhash_band(job: str, band: int | str, value: int | str) -> str:
-    """Pages whose simhash has ``value`` in band ``band`` (near-duplicate index)."""
-    return prefix(job) + f"{SIMHASH_BAND}{band}:{value}"
+def simhash_band(job: str, band: int | str, bucket: int | str) -> str:
+    """Band ``band`` of the near-duplicate index, for band values ``bucket << SIMHASH_BUCKET_BITS``
+    on: a hash of band value's low bits -> the pages having it."""
+    return prefix(job) + f"{SIMHASH_BAND}{band}:{bucket}"
+
+
+def simhash_pages(job: str, bucket: int | str) -> str:
+    """Records ("hi lo url") of the near-duplicate index's pages ``bucket * SIMHASH_PAGES_PER_KEY``
+    on, in the order they were numbered."""
+    return prefix(job) + f"{SIMHASH_BAND}d:{bucket}"
 
 
 def simhash_band_pattern(job: str) -> str:
+    """A SCAN pattern matching every key of the near-duplicate index but its counter."""
     return prefix(job) + SIMHASH_BAND + "*"
 
 

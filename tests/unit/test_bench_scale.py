@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 
-from bench.scale import intervals, tenth_rates
+from bench.scale import accounted, intervals, key_family, tenth_rates
+from crawler import keys
+from crawler.dedup.simhash import simhash
 from bench.scaleweb import Pages, ScaleSpec, links, reachable
 
 SPEC = ScaleSpec(hosts=12, big_hosts=2, big_pages=400, pages=1_200, port=8080)
@@ -39,3 +41,35 @@ def test_rates_over_the_first_and_last_tenths() -> None:
     first, last = tenth_rates(samples)
     assert first == last == 100.0
     assert all(abs(i["cpu_ms_per_page"] - 5.0) < 1e-9 for i in intervals(samples))
+
+
+def test_pages_differ_as_documentation_pages_do() -> None:
+    # Near-duplicates only where slices overlap: the near-duplicate index sees real work.
+    pages = Pages(SPEC)
+    hashes = [simhash(pages.body(3, p).decode()) for p in range(40)]
+    near = sum((a ^ b).bit_count() <= 3 for i, a in enumerate(hashes) for b in hashes[:i])
+    assert near <= 2
+    words = set(pages.body(3, 1).split())
+    assert len(words) > 1000
+
+
+def test_memory_account_by_key_family() -> None:
+    j = "job1"
+    assert key_family(keys.host_queue(j, "127.0.2.7:8080").encode()) == "job:q"
+    assert key_family(keys.simhash_band(j, 2, 311).encode()) == "job:sh:#"
+    assert key_family(keys.simhash_pages(j, 12).encode()) == "job:sh:d"
+    assert key_family(keys.bloom_segment(j, 0, 3).encode()) == "job:bf:#"
+    assert key_family(b"shard-0") == "shard-#"
+    samples = [
+        {"queued_redis": 1000, "seen": 5000, "stored": 100,
+         "memory": {"job:q": {"bytes": 80_000, "keys": 3}, "job:bf:#": {"bytes": 10_000, "keys": 2}}},
+        {"queued_redis": 10, "seen": 10_000, "stored": 4000, "memory": {
+            "job:q": {"bytes": 900, "keys": 1}, "job:bf:#": {"bytes": 40_000, "keys": 2},
+            "job:sh:#": {"bytes": 60_000, "keys": 40}, "job:sh:d": {"bytes": 300_000, "keys": 32},
+            "job:shseq": {"bytes": 56, "keys": 1}}},
+    ]
+    acc = accounted(samples)
+    assert acc["bytes_per_queued_url"] == 80.0
+    assert acc["bytes_per_seen_url"] == 4.0
+    assert acc["near_dup_bytes_per_page"] == (360_056) / 4000
+    assert list(acc["largest_at_end"])[0] == "job:sh:d"

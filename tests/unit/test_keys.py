@@ -22,7 +22,7 @@ def test_every_job_key_carries_the_jobs_hash_tag() -> None:
     assert p == "c:{j1}:"
     built = [*lua.job_keys("j1")[:-1], keys.host_queue("j1", "a.com"), keys.ready("j1", 2),
              keys.ip_wait("j1", "h:a.com"), keys.pending_parts("j1", "t"), keys.cycle("j1", 3),
-             keys.simhash_band("j1", 0, 7), keys.simhash_seq("j1"), keys.sitemaps("j1"),
+             keys.simhash_band("j1", 0, 7), keys.simhash_pages("j1", 7), keys.simhash_seq("j1"), keys.sitemaps("j1"),
              keys.bloom_meta("j1"), keys.body("j1", "t", "http://a.com/")]
     assert all(k.startswith(p) for k in built)
     assert len(set(built)) == len(built)
@@ -40,6 +40,8 @@ def test_names_the_scripts_build_from_the_prefix_agree() -> None:
         assert spelled in lua.ADMIT + lua.DISPATCH + lua.CLAIM_CYCLE + lua.REAP
     assert keys.wake(3) == "c:wake:3" and "'c:wake:' .. shard" in lua.DISPATCH
     assert keys.simhash_band("j", 0, 5) == p + "sh:0:5" and "P .. 'sh:' .. b .. ':'" in neardup._FIND_OR_ADD
+    assert keys.simhash_pages("j", 5) == p + "sh:d:5" and "P .. 'sh:d:'" in neardup._FIND_OR_ADD
+    assert keys.simhash_pages("j", 5).startswith(keys.simhash_band_pattern("j")[:-1])
 
 
 def test_frontier_scripts_keys_order() -> None:
