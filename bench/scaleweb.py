@@ -5,12 +5,12 @@ by default 200 hosts on 127.0.2.1, 127.0.2.2, ... (IP literals, loopback only), 
 Pages are shaped as documentation sites' are: 30-150 KB, 100-300 links each, most of them in-page
 fragments (``#s12``) and navigation repeated on every page of the host, then the page's children
 (every host's pages form a tree under ``/p0``, so all of them are reachable) and two links to
-other hosts' home pages. Bodies are a slice of one long text held once, so the server spends
-little CPU per page; a page's size, link count and slice follow from (host, page) alone. The
-text's words come from a vocabulary of 50,000, drawn by Zipf's law as a language's are, so pages
-share their common words but differ as documentation pages do: as many distinct words as a real
-page, and near-duplicates only where two slices overlap (the near-duplicate index and its Redis
-memory are exercised as on a real site, not answered by one page everyone duplicates).
+other hosts' home pages. Bodies are paragraphs drawn from a pool held once, so the server spends
+little CPU per page; a page's size, links and paragraphs follow from (host, page) alone. The
+words come from a vocabulary of 50,000, drawn by Zipf's law as a language's are, so pages share
+their common words but differ as documentation pages do: as many distinct words as a real page,
+and hardly any near-duplicates (the near-duplicate index and its Redis memory are exercised as on
+a real site; with one text sliced at random offsets, 70% of pages nearly duplicated another).
 
     python -m bench.scaleweb PORT LOG HOSTS BIG_HOSTS BIG_PAGES PAGES   # serve, until SIGTERM
 """
@@ -109,7 +109,7 @@ class Pages:
             p = "<p>" + " ".join(rng.choices(words, cum_weights=zipf, k=rng.randint(40, 120))) + ".</p>\n"
             paras.append(p)
             size += len(p)
-        self.text = "".join(paras)
+        self.paragraphs = paras
 
     def body(self, host: int, page: int) -> bytes:
         rng = _rng(host, page)
@@ -119,8 +119,14 @@ class Pages:
         frags = "".join(f'<a href="#s{k}">section {k}</a> ' for k in range(fragments))
         head = (f"<!DOCTYPE html><html><head><title>host {host} page {page}</title></head><body>"
                 f"<nav><ul>{nav}</ul></nav><div class=toc>{frags}</div><main>")
-        start = rng.randrange(0, len(self.text) - 160_000)
-        filler = self.text[start:start + max(0, size - len(head) - 30)]
+        want = max(0, size - len(head) - 30)
+        chosen: list[str] = []
+        got = 0
+        while got < want:
+            p = self.paragraphs[rng.randrange(len(self.paragraphs))]
+            chosen.append(p)
+            got += len(p)
+        filler = "".join(chosen)[:want]
         return (head + filler + "</main></body></html>").encode()
 
 

@@ -114,6 +114,9 @@ class BloomSeenSet:
         queued = self.frontier.admit(self.job_id, [e for e in entries if e.url in new], s.shards, token=token,
                                      trusted=True, part=part, last=last, budget=s.max_pages, max_depth=s.max_depth,
                                      host_budget=s.max_pages_per_host, queue_cap=queue_cap(s))
+        if last:
+            # The batch is admitted: its token is no longer pending, so its memo has no reader.
+            self.bloom.drop_memo(token)
         return Admission(queued, len(entries) - len(new))
 
     def answered(self, token: str) -> bool:

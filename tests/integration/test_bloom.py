@@ -190,3 +190,35 @@ def test_a_batch_sent_again_after_a_crash_is_not_filtered_by_the_local_cache(r: 
     assert admit_links(r, frontier, job, settings, [u], token="T2", cache=cache, seen=seen)[0] == []
     queued, _ = admit_links(r, frontier, job, settings, [u], token="T", cache=cache, seen=seen)
     assert queued == [u.url]
+
+
+def test_a_batch_admitted_in_parts_keeps_its_memo_until_the_last(r: redis.Redis) -> None:
+    """The memo is for a batch that died between the filter and the frontier; once its last
+    part is queued the frontier ignores the batch, and a memo kept an hour per batch was the
+    largest thing in a long crawl's Redis."""
+    from crawler import jobs
+    from crawler.dedup import admit_links, seen_set
+    from crawler.frontier import Entry, Frontier
+    from crawler.settings import Settings
+
+    settings = Settings.from_env(dedup="bloom", shards=1, store="")
+    job = jobs.submit(r, settings, ["http://127.0.1.1/"])
+    frontier = Frontier(r)
+    frontier.expect(job, ["T"])
+    seen = seen_set(r, frontier, job, settings)
+    entries = [Entry(f"http://127.0.1.1/p{i}") for i in range(10)]
+    memo = keys.bloom_memo(job, "T")
+    real_admit = frontier.admit
+    memo_between_parts: list[bool] = []
+
+    def admit(*args: object, **kw: object) -> object:
+        memo_between_parts.append(bool(r.exists(memo)))
+        return real_admit(*args, **kw)  # type: ignore[arg-type]
+
+    frontier.admit = admit  # type: ignore[method-assign]
+    queued, _ = admit_links(r, frontier, job, settings, entries, token="T", seen=seen, chunk=4)
+    assert sorted(queued) == sorted(e.url for e in entries)
+    assert memo_between_parts == [True, True, True]  # three parts, each with the memo there
+    assert not r.exists(memo)
+    again, _ = admit_links(r, frontier, job, settings, entries, token="T", seen=seen, chunk=4)
+    assert again == []  # delivered again: ignored, nothing queued twice

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 from bench.scale import accounted, intervals, key_family, tenth_rates
+from bench.scaleweb import Pages, ScaleSpec, links, reachable
 from crawler import keys
 from crawler.dedup.simhash import simhash
-from bench.scaleweb import Pages, ScaleSpec, links, reachable
 
 SPEC = ScaleSpec(hosts=12, big_hosts=2, big_pages=400, pages=1_200, port=8080)
 
@@ -72,4 +72,4 @@ def test_memory_account_by_key_family() -> None:
     assert acc["bytes_per_queued_url"] == 80.0
     assert acc["bytes_per_seen_url"] == 4.0
     assert acc["near_dup_bytes_per_page"] == (360_056) / 4000
-    assert list(acc["largest_at_end"])[0] == "job:sh:d"
+    assert next(iter(acc["largest_at_end"])) == "job:sh:d"
