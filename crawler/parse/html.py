@@ -115,14 +115,21 @@ class ParsedPage:
         return self.fragment_links + self.not_http_links + self.bad_links
 
     @cached_property
-    def text(self) -> str:
-        """Visible text (no script, style, noscript, template), whitespace collapsed."""
+    def raw_text(self) -> str:
+        """Visible text (no script, style, noscript, template), its pieces joined by spaces and
+        its whitespace as the page has it: what near-duplicate hashing reads, which splits words
+        itself (collapsing the whitespace of a 100 KB page first cost as much as the walk)."""
         if self.root is None:
             return ""
         body = self.root.find("body")
+        return " ".join(_visible_text(body if body is not None else self.root))
+
+    @cached_property
+    def text(self) -> str:
+        """Visible text (no script, style, noscript, template), whitespace collapsed."""
         # str.split() splits on what \s matches, at C speed: a regex over the whole text cost
         # three times the walk itself.
-        return " ".join(" ".join(_visible_text(body if body is not None else self.root)).split())[:10_000_000]
+        return " ".join(self.raw_text.split())[:10_000_000]
 
     @cached_property
     def soup(self) -> Any:
@@ -133,6 +140,23 @@ class ParsedPage:
 
 
 def _visible_text(node: Any) -> list[str]:
+    """The text pieces of ``node``'s subtree a reader sees, in document order."""
+    hidden = list(node.iter(*_INVISIBLE))
+    if node.tag in _INVISIBLE or any(len(el) for el in hidden):
+        return _walk_visible(node)
+    # lxml's itertext walks in C, five times faster than iterwalk's events in Python, but cannot
+    # skip subtrees: the hidden elements (leaves, checked above) lend it no text meanwhile.
+    saved = [el.text for el in hidden]
+    try:
+        for el in hidden:
+            el.text = None
+        return list(node.itertext())
+    finally:
+        for el, text in zip(hidden, saved, strict=True):
+            el.text = text
+
+
+def _walk_visible(node: Any) -> list[str]:
     # Iterative, not recursive: hostile pages nest deeper than Python's recursion limit.
     out: list[str] = []
     hidden = 0

@@ -97,7 +97,7 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
         nofollow_links += parsed.nofollow_links
         annotated[page.url] = dataclasses.replace(
             page, title=parsed.title, canonical=parsed.canonical, noindex=parsed.noindex, nofollow=parsed.nofollow,
-            outlinks=tuple(outlinks), simhash=simhash(parsed.text) if s.near_duplicates else None)
+            outlinks=tuple(outlinks), simhash=simhash(parsed.raw_text) if s.near_duplicates else None)
         if spider_items is not None:
             annotated[page.url] = dataclasses.replace(annotated[page.url], items=spider_items, items_parsed=True)
         nofollows[page.url] = parsed.nofollow

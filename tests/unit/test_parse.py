@@ -130,3 +130,28 @@ def test_links_past_the_cap_are_counted_not_taken() -> None:
     assert len(parse_html("http://e.com/", body).links) == 50_001  # 0: no cap
     dup = parse_html("http://e.com/", b"<a href=/a>a</a><a href=/a>a</a><a href=/b>b</a>", max_links=2)
     assert dup.links == ["http://e.com/a", "http://e.com/b"] and dup.dropped_links == 0
+
+
+def test_visible_text_in_c_equals_the_walk_and_leaves_the_tree_as_it_was() -> None:
+    from lxml import etree
+
+    from crawler.parse.html import _walk_visible
+
+    pages = [
+        PAGE,
+        b"<p>a<!-- c -->b<script>var x</script>tail<style>p{}</style> end<template>t</template>&amp; "
+        b"more<?pi x?>z<b>bold</b>after</p><div>x<noscript>enable js</noscript>y</div>",
+        # Hidden elements with children: the walk itself answers.
+        b"<p>a<noscript><img src=x><span>nested</span></noscript>b<template><p>t</p></template>c</p>",
+        b"<html><head><title>no body</title><script>s</script></head>text</html>",
+    ]
+    for body in pages:
+        p = parse_html("http://e.com/", body, "text/html")
+        assert p.root is not None
+        before = etree.tostring(p.root)
+        node = p.root.find("body")
+        walked = _walk_visible(node if node is not None else p.root)
+        assert p.raw_text == " ".join(walked), body
+        assert p.text == " ".join(" ".join(walked).split())
+        assert etree.tostring(p.root) == before
+        assert "var x" not in p.text and "enable js" not in p.text and "nested" not in p.text

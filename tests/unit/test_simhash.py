@@ -27,3 +27,16 @@ def test_bands_pigeonhole() -> None:
         for bit in RNG.sample(range(64), 3):
             b ^= 1 << bit
         assert any(x == y for x, y in zip(bands(a, 4), bands(b, 4), strict=True))
+
+
+def test_the_c_version_is_built_and_gives_the_python_versions_values() -> None:
+    from crawler.dedup import simhash as module
+    from crawler.dedup.simhash import simhash_py
+
+    assert module._simhash_c is not None, "crawler/dedup/_simhash.c was not built: is a C compiler installed?"
+    rng = random.Random(7)
+    alphabet = "aZ_09 .,é€\u00a0\n\t-Ünicode\ud800x日本"
+    texts = [ARTICLE, "", "a b c", "x" * 10_000, "Hello World", "ab" * 5000 + " cd",
+             *("".join(rng.choice(alphabet) for _ in range(rng.randrange(300))) for _ in range(2000))]
+    for text in texts:
+        assert simhash(text) == simhash_py(text), text
