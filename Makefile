@@ -12,13 +12,15 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-# The console's browser test drives Debian's chromium (never a browser a tool downloads): as
-# root where apt exists, install the package if it is missing; elsewhere that test skips, saying why.
+# The console's and the render stage's tests drive Debian's chromium (never a browser a tool
+# downloads): as root where apt exists, install the package if it is missing; elsewhere those tests
+# skip, saying why.
 install: $(PY)
 	$(PY) -m pip install --quiet -e '.[test]'
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  apt-get update -qq >/dev/null && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; } || \
-	  echo "make install: no chromium (Debian's package): the console's browser test will skip"
+	  echo "make install: no chromium (Debian's package): the console and render tests will skip"
 
 lint: $(PY)
 	$(PY) -m ruff check crawler tests bench examples
