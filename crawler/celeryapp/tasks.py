@@ -14,6 +14,7 @@ from crawler import cycles, joblog, jobs, stages
 from crawler.celeryapp import beat
 from crawler.celeryapp.app import app
 from crawler.celeryapp.config import redis_url
+from crawler.celeryapp.publish import Message, Publisher
 from crawler.frontier import liveshards
 from crawler.messages import FetchedPage, groups_from_json, groups_to_json, pages_from_json, pages_to_json
 from crawler.redisconn import connect
@@ -31,6 +32,9 @@ else:
 
 _ctx: stages.Context | None = None
 _ctx_pid = 0
+_broker: Any = None
+_broker_key: tuple[int, str] = (0, "")
+_publisher = Publisher(app.conf.task_time_limit, app.conf.task_soft_time_limit)
 
 
 def context(node: str | None = None) -> stages.Context:
@@ -93,20 +97,34 @@ class CrawlTask(BaseTask):
             log.exception("could not count the failure of %s", task_id)
 
 
-def _publish(task: Task[Any, Any], queue: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> None:
-    # argsrepr: Celery would otherwise saferepr() every page of the message for its logs.
-    task.apply_async(args=args, kwargs=kwargs, queue=queue, routing_key=queue,  # type: ignore[call-arg]  # Celery takes argsrepr; celery-types omits it
-                     argsrepr=f"({args[0]!r}, {len(args[-1])} items)")
+def broker() -> Any:
+    """This process's client for the broker (the crawler's Redis), rebuilt after a fork or a
+    change of CRAWLER_REDIS_URL; shared by the tasks and the dispatcher thread (redis-py's pool
+    is thread-safe)."""
+    global _broker, _broker_key
+    key = (os.getpid(), os.environ.get("CRAWLER_REDIS_URL", ""))
+    if _broker is None or _broker_key != key:
+        _broker, _broker_key = connect(redis_url()), key
+    return _broker
+
+
+def _message(task: Task[Any, Any], queue: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Message:
+    # argsrepr: what logs and Flower show of the message, not every page in it.
+    return _publisher.message(task.name, queue, args, kwargs, argsrepr=f"({args[0]!r}, {len(args[-1])} items)")
+
+
+def _publish(*messages: Message) -> None:
+    Publisher.send(broker(), messages)
 
 
 def send(task: Task[Any, Any], shard: int, *args: Any) -> None:
     """Send to the queue of ``shard`` as it is (callers route: ``routed``)."""
-    _publish(task, queue_name(shard), args)
+    _publish(_message(task, queue_name(shard), args))
 
 
 def send_shared(task: Task[Any, Any], *args: Any) -> None:
     """Send to the queue every shard worker consumes (parse and store: no host locality)."""
-    _publish(task, SHARED_QUEUE, args)
+    _publish(_message(task, SHARED_QUEUE, args))
 
 
 def routed(ctx: stages.Context, job: jobs.Job, shard: int) -> int:
@@ -136,10 +154,12 @@ def fetch_task(self: Task[Any, Any], job_id: str, shard: int, token: str, entrie
     # Pages a browser is to render go to the render queue; the rest straight on to parse.
     to_render = [p for p in pages if stages.render_wanted(p)]
     rest = [p for p in pages if not stages.render_wanted(p)]
+    out = []
     if to_render:
-        _publish(render_task, RENDER_QUEUE, (job_id, shard, token, pages_to_json(to_render)))
+        out.append(_message(render_task, RENDER_QUEUE, (job_id, shard, token, pages_to_json(to_render))))
     if rest:
-        send_shared(parse_task, job_id, shard, token, pages_to_json(rest))
+        out.append(_message(parse_task, SHARED_QUEUE, (job_id, shard, token, pages_to_json(rest))))
+    _publish(*out)
 
 
 @app.task(name="crawler.render", base=CrawlTask, bind=True)
@@ -150,8 +170,8 @@ def render_task(self: Task[Any, Any], job_id: str, shard: int, token: str, pages
         return
     ctx, job, fetched = got
     rendered = stages.render_stage(ctx, job, token, fetched)
-    _publish(parse_task, SHARED_QUEUE, (job_id, shard, token, pages_to_json(rendered)),
-             {"links_as": stages.RENDERED})
+    _publish(_message(parse_task, SHARED_QUEUE, (job_id, shard, token, pages_to_json(rendered)),
+                      {"links_as": stages.RENDERED}))
 
 
 @app.task(name="crawler.parse", base=CrawlTask, bind=True)
@@ -169,11 +189,12 @@ def parse_task(self: Task[Any, Any], job_id: str, shard: int, token: str, pages:
     # Batches stay keyed by the links' home shard, so their tokens survive a takeover (a
     # redelivered parse sends the same tokens); the dedup task may run anywhere, and admission
     # places each host on the shard serving it now.
-    for target, links in batches.items():
-        send(dedup_task, routed(ctx, job, target), job_id, stages.link_token(token + links_as, target),
-             groups_to_json(links))
+    out = [_message(dedup_task, queue_name(routed(ctx, job, target)),
+                    (job_id, stages.link_token(token + links_as, target), groups_to_json(links)))
+           for target, links in batches.items()]
     if parsed:
-        send_shared(store_task, job_id, shard, token, pages_to_json(parsed))
+        out.append(_message(store_task, SHARED_QUEUE, (job_id, shard, token, pages_to_json(parsed))))
+    _publish(*out)
 
 
 @app.task(name="crawler.dedup", base=CrawlTask, bind=True)
