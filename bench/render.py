@@ -2,8 +2,10 @@
 scripts (4 hosts on 127.0.6.1-4, 2,400 pages), with ``--render always``: one shard worker and
 one render worker (one Chromium, ``render_pages`` pages at once), as ``crawler crawl`` runs them.
 Reports rendered pages/s and the render worker's memory (the worker and its browser's processes)
-sampled every 2 s, to show it stays flat across the run (the browser is restarted every
-``render_recycle_pages`` pages). Needs Debian's chromium.
+sampled every 2 s, and judges whether it stays flat across the run (the browser is restarted
+every ``render_recycle_pages`` pages): flat when the median PSS over the last tenth of the samples
+taken after the first restart is within FLAT (1.25x) of the median over their first tenth. Exits
+non-zero only when fewer than 99% of the pages were rendered. Needs Debian's chromium.
 
     python -m bench.render [--pages 2400] [--hosts 4]
 """
@@ -29,6 +31,7 @@ from crawler.render.browser import RenderUnavailable, chromium_path
 from crawler.settings import Settings
 
 FANOUT = 4
+FLAT = 1.25  # the last tenth's median memory over the first tenth's, at most, for "flat"
 TEXT = "Rendered text that a script writes into the page for the crawler to read. " * 20
 
 
@@ -123,15 +126,20 @@ def main() -> None:
     rendered = c.get("rendered", 0)
     live = [pss for _, _, pss, _ in samples if pss]
     live_rss = [rss for _, _, _, rss in samples if rss]
-    tenth = max(1, len(live) // 10)
+    # Before the first restart the browser only grows: flat is judged over what follows it.
+    steady = [pss for _, n, pss, _ in samples if pss and n >= settings.render_recycle_pages] or live
+    tenth = max(1, len(steady) // 10)
+    head = statistics.median(steady[:tenth]) if steady else 0
+    tail = statistics.median(steady[-tenth:]) if steady else 0
+    flat = bool(steady) and tail <= FLAT * head
     result = {
         "pages": args.pages, "hosts": args.hosts, "rendered": rendered, "stored": c.get("stored", 0),
         "render_errors": {k: v for k, v in c.items() if k.startswith("render_") and k != "render_queued"},
         "wall_s": wall, "rendered_per_s": rendered / wall,
         "render_worker_peak_pss_mb": max(live, default=0) / 2**20,
         "render_worker_peak_rss_sum_mb": max(live_rss, default=0) / 2**20,
-        "pss_first_tenth_mb": statistics.median(live[:tenth]) / 2**20 if live else 0,
-        "pss_last_tenth_mb": statistics.median(live[-tenth:]) / 2**20 if live else 0,
+        "pss_first_tenth_mb": head / 2**20, "pss_last_tenth_mb": tail / 2**20,
+        "pss_after_first_recycle": len(steady) < len(live), "pss_flat": flat, "flat_ratio_max": FLAT,
         "render_pages": settings.render_pages, "recycle_after": settings.render_recycle_pages,
         "samples": samples,
     }
@@ -142,8 +150,10 @@ def main() -> None:
           f"{result['rendered_per_s']:.1f} pages/s with {settings.render_pages} pages at once")
     print(f"render worker memory (worker + browser, PSS): peak {result['render_worker_peak_pss_mb']:.0f} MB "
           f"(summed RSS {result['render_worker_peak_rss_sum_mb']:.0f} MB); median "
-          f"{result['pss_first_tenth_mb']:.0f} MB over the first tenth of the run, "
-          f"{result['pss_last_tenth_mb']:.0f} MB over the last")
+          f"{result['pss_first_tenth_mb']:.0f} MB over the first tenth of the run"
+          f"{' after the first restart' if result['pss_after_first_recycle'] else ''}, "
+          f"{result['pss_last_tenth_mb']:.0f} MB over the last: "
+          f"{'flat' if flat else 'NOT flat'} (last/first within {FLAT}x)")
     print(f"written: {out}")
     if rendered < args.pages * 0.99:
         sys.exit(f"bench.render: only {rendered} of {args.pages} pages rendered")

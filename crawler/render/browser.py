@@ -7,8 +7,15 @@ fetch stage already has and fetches everything else through the crawler's guarde
 refuses it. The browser's own traffic (updates, safe browsing, DNS prefetch) is switched off and
 sent to a dead proxy besides. No downloads, popups, dialogs or permission prompts.
 
-A browser is restarted after ``render_recycle_pages`` pages or once its processes' memory passes
-``render_max_rss``, and after a crash: browsers grow with the pages they have seen.
+A page is read once it has settled: none of its requests open, its document unchanged, and no
+short timer of its scripts pending, for ``render_settle`` seconds (an init script watches the
+document and the timers). A page still busy at its deadline after its load event is read as it
+stands.
+
+A browser is restarted after ``render_recycle_pages`` pages or once its processes' memory (PSS)
+passes ``render_max_rss``, and after a crash: browsers grow with the pages they have seen. A
+browser that needs restarting while other pages are still rendering on it is restarted when the
+last of them is done.
 """
 
 from __future__ import annotations
@@ -33,12 +40,47 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # The browser keeps to what it is told: no background traffic of its own, and anything not
-# routed through the page's handler dies at a proxy that is not there.
+# routed through the page's handler dies at a proxy that is not there. It resolves no names, and
+# WebRTC may send no UDP past the proxy (route handlers never see it): the switch has had two
+# names, and Debian's chromium 156 honours only the older one.
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--mute-audio",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
         "--disable-default-apps", "--disable-extensions", "--disable-features=Translate,MediaRouter,DnsOverHttps",
         "--dns-prefetch-disable", "--deny-permission-prompts", "--proxy-server=http://127.0.0.1:9",
-        "--proxy-bypass-list=<-loopback>"]
+        "--proxy-bypass-list=<-loopback>", "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+        "--force-webrtc-ip-handling-policy=disable_non_proxied_udp"]
+
+TIMER_WAIT = 3.0  # seconds from navigation within which a page's pending timers hold its reading
+POLL = 0.05  # seconds between looks at a page that is not yet settled
+CLOSE_WAIT = 5.0  # seconds a page's context may take to close before its browser is restarted
+PARTIAL_READ = 1.0  # seconds to read the DOM of a page past its deadline (its script may never yield)
+
+# Runs in every frame before the page's scripts. Records when the document last changed and
+# which timers due within TIMER_WAIT of navigation are pending, so that content a script adds on
+# a timer is waited for (a timer re-armed forever stops counting at TIMER_WAIT). Removes the
+# page's means of opening peer-to-peer or UDP connections, which no route handler sees.
+INIT_SCRIPT = """(() => {
+  const w = window, now = () => performance.now(), pending = new Set();
+  let last = now();
+  for (const k of ["RTCPeerConnection", "webkitRTCPeerConnection", "RTCDataChannel", "WebTransport"]) {
+    try { delete w[k]; } catch (e) {}
+  }
+  new MutationObserver(() => { last = now(); })
+    .observe(document, {subtree: true, childList: true, characterData: true, attributeFilter: ["href", "src"]});
+  const set = w.setTimeout, clearT = w.clearTimeout, clearI = w.clearInterval;
+  w.setTimeout = function (fn, ms, ...args) {
+    if (typeof fn !== "function" || now() + (Number(ms) || 0) > TIMER_WAIT_MS) return set.call(w, fn, ms, ...args);
+    const id = set.call(w, function () { pending.delete(id); return fn.apply(this, arguments); }, ms, ...args);
+    pending.add(id);
+    return id;
+  };
+  w.clearTimeout = function (id) { pending.delete(id); return clearT.call(w, id); };
+  w.clearInterval = function (id) { pending.delete(id); return clearI.call(w, id); };
+  Object.defineProperty(w, "__crawlerQuiet", {value: () => pending.size ? -1 : (now() - last) / 1000});
+})();""".replace("TIMER_WAIT_MS", str(round(TIMER_WAIT * 1000)))
+# Seconds since the document last changed, -1 while a timer it waits for is pending.
+QUIET = "() => typeof window.__crawlerQuiet === 'function' ? window.__crawlerQuiet() : 1e9"
 
 
 class RenderUnavailable(ConfigError):
@@ -59,7 +101,7 @@ def chromium_path(configured: str = "") -> str:
 @dataclass
 class Rendered:
     html: str = ""  # the DOM as the browser left it ("" if the page could not be rendered)
-    error: str = ""  # why not: render_timeout, render_crashed, render_failed
+    error: str = ""  # why not, or not wholly (with html): render_timeout, render_crashed, render_failed
 
 
 class Browser:
@@ -70,48 +112,67 @@ class Browser:
         self.recycle_after = recycle_after
         self.max_rss = max_rss_mb * 2**20
         self.slots = asyncio.Semaphore(max_pages)
+        # Starting, restarting and closing take turns: each would otherwise start a driver and a
+        # browser of its own (and leave all but one running).
+        self._lock = asyncio.Lock()
         self._pw: Playwright | None = None
         self._browser: PwBrowser | None = None
+        self.active = 0  # pages being rendered on the current browser
+        self.restart = False  # the browser is to be restarted once no page is rendering on it
         self.rendered = 0  # pages by the current browser
         self.started = 0  # browsers started, restarts included
         self.peak_rss = 0
 
     async def _ensure(self) -> PwBrowser:
-        if self._browser is not None and self._browser.is_connected():
-            return self._browser
-        await self._close_browser()
-        if self._pw is None:
-            from playwright.async_api import async_playwright
+        """The browser, started if need be, with one more page counted as rendering on it."""
+        async with self._lock:
+            if self._browser is None or not self._browser.is_connected():
+                await self._close_browser()
+                if self._pw is None:
+                    from playwright.async_api import async_playwright
 
-            self._pw = await async_playwright().start()
-        self._browser = await self._pw.chromium.launch(executable_path=self.executable, headless=True, args=ARGS)
-        self.rendered = 0
-        self.started += 1
-        return self._browser
+                    self._pw = await async_playwright().start()
+                self._browser = await self._pw.chromium.launch(executable_path=self.executable, headless=True,
+                                                               args=ARGS)
+                self.rendered = 0
+                self.started += 1
+            self.active += 1
+            return self._browser
+
+    async def _release(self) -> None:
+        async with self._lock:
+            self.active -= 1
+            if self.restart and not self.active:
+                await self._close_browser()
 
     def rss(self) -> int:
-        """Bytes of memory the browser's processes hold now."""
+        """Bytes of memory the browser's processes hold now: their PSS summed (Chromium's
+        processes share most of their pages, which summed RSS would count once per process)."""
         total = 0
         for p in psutil.Process().children(recursive=True):
             try:
                 if "chrom" in p.name():
-                    total += p.memory_info().rss
+                    total += p.memory_full_info().pss
             except psutil.Error:
                 pass
         self.peak_rss = max(self.peak_rss, total)
         return total
 
     async def recycle_if_due(self) -> None:
-        """Restart the browser past its page count or memory limit (between batches, with no page open)."""
-        if self._browser is None:
-            return
-        if self.rendered >= self.recycle_after or self.rss() > self.max_rss:
-            log.info("render: restarting the browser after %d pages (%d MB)", self.rendered, self.rss() >> 20)
-            await self._close_browser()
+        """Restart the browser past its page count or memory limit, or when a page would not
+        close (between batches, with no page open)."""
+        async with self._lock:
+            if self._browser is None or self.active:
+                return
+            held = self.rss()
+            if self.restart or self.rendered >= self.recycle_after or held > self.max_rss:
+                log.info("render: restarting the browser after %d pages (%d MB)", self.rendered, held >> 20)
+                await self._close_browser()
 
     async def render(self, url: str, guard: Guard, timeout: float, settle: float, wait_for: str = "") -> Rendered:
         """Load ``url`` (its document answered by ``guard``), wait for it to settle (and for the
-        selector ``wait_for``, if given), and return its DOM. Never raises for a page."""
+        selector ``wait_for``, if given), and return its DOM. Past ``timeout`` after its load
+        event, the DOM as it stands, with the error ``render_timeout``. Never raises for a page."""
         async with self.slots:
             try:
                 browser = await self._ensure()
@@ -119,9 +180,11 @@ class Browser:
                 log.error("render: cannot start %s: %s", self.executable, exc)
                 return Rendered(error="render_failed")
             context = None
+            loaded = asyncio.Event()
             try:
                 context = await browser.new_context(accept_downloads=False, java_script_enabled=True,
                                                     service_workers="block", permissions=[])
+                await context.add_init_script(INIT_SCRIPT)
                 page = await context.new_page()
                 page.on("dialog", lambda d: asyncio.ensure_future(d.dismiss()))
                 page.on("popup", lambda p: asyncio.ensure_future(p.close()))
@@ -130,9 +193,9 @@ class Browser:
                     await guard.handle(r, request)
 
                 await context.route("**/*", route)
-                return await asyncio.wait_for(self._load(page, url, guard, settle, wait_for), timeout)
+                return await asyncio.wait_for(self._load(page, url, guard, settle, wait_for, loaded), timeout)
             except TimeoutError:
-                return Rendered(error="render_timeout")
+                return Rendered(html=await self._partial(page) if loaded.is_set() else "", error="render_timeout")
             except Exception as exc:
                 crashed = self._browser is None or not self._browser.is_connected()
                 log.warning("render: %s: %s", url, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
@@ -141,32 +204,48 @@ class Browser:
                 self.rendered += 1
                 if context is not None:
                     await self._close_context(context)
+                await self._release()
 
     @staticmethod
-    async def _load(page: Any, url: str, guard: Guard, settle: float, wait_for: str) -> Rendered:
+    async def _load(page: Any, url: str, guard: Guard, settle: float, wait_for: str, loaded: asyncio.Event) -> Rendered:
         await page.goto(url, wait_until="load")
+        loaded.set()
         if wait_for:
             await page.wait_for_selector(wait_for, state="attached")
         # Scripts often add content after load (timers, fetches): read the page once none of its
-        # requests has been open for ``settle`` seconds (the caller's deadline bounds the wait).
+        # requests has been open, its document has not changed and no timer it waits for has
+        # been pending for ``settle`` seconds (the caller's deadline bounds the wait).
         while True:
-            quiet = guard.quiet_for()
+            net = guard.quiet_for()
+            dom = float(await page.evaluate(QUIET))
+            quiet = -1.0 if net < 0 or dom < 0 else min(net, dom)
             if quiet >= settle:
                 break
-            await asyncio.sleep(settle - quiet if quiet >= 0 else 0.05)
+            await asyncio.sleep(settle - quiet if quiet >= 0 else POLL)
         return Rendered(html=await page.content())
 
-    async def _close_context(self, context: Any) -> None:
-        # A page whose script never yields can hold its context's close: give up on it after a
-        # while and restart the whole browser instead.
+    @staticmethod
+    async def _partial(page: Any) -> str:
+        # A script that never yields holds the page's DOM too: then there is nothing to keep.
         try:
-            await asyncio.wait_for(context.close(), 5.0)
+            return str(await asyncio.wait_for(page.content(), PARTIAL_READ))
         except Exception:
-            log.warning("render: a page would not close; restarting the browser")
-            await self._close_browser()
+            return ""
+
+    async def _close_context(self, context: Any) -> None:
+        # A context that will not close takes its browser down with it, but only once no other
+        # page is rendering on that browser: killing it now would lose them too.
+        try:
+            await asyncio.wait_for(context.close(), CLOSE_WAIT)
+        except TimeoutError:
+            log.warning("render: a page would not close; the browser restarts once its other pages are done")
+            self.restart = True
+        except Exception:
+            pass  # its browser is gone: the next page starts another
 
     async def _close_browser(self) -> None:
         browser, self._browser = self._browser, None
+        self.restart = False
         if browser is None:
             return
         try:
@@ -181,10 +260,11 @@ class Browser:
                 pass
 
     async def close(self) -> None:
-        await self._close_browser()
-        if self._pw is not None:
-            pw, self._pw = self._pw, None
-            try:
-                await pw.stop()
-            except Exception:
-                pass
+        async with self._lock:
+            await self._close_browser()
+            if self._pw is not None:
+                pw, self._pw = self._pw, None
+                try:
+                    await pw.stop()
+                except Exception:
+                    pass

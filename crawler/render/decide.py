@@ -1,18 +1,24 @@
 """Which pages go to the browser (``render``: never, always, auto), and what ``auto`` learns.
 
 ``auto`` decides per host. A new host's first ``render_sample`` pages are rendered; each rendered
-page is compared with its own HTML (distinct links, visible text), and once the sample is in,
-the host is rendered from then on only if its pages gained, on average, at least
-``render_more_links`` links or ``render_more_text`` characters. Either way one page in
-``render_recheck`` is rendered again and compared, and the decision follows what the last
-sample's worth of comparisons say, so a site that starts or stops building its pages in the
-browser is noticed. The decisions and their counts live in Redis under the job's keys: any
-worker may fetch, render or decide.
+page is compared with its own HTML (distinct links, visible text), and it gained if the browser
+added at least ``render_more_links`` links or ``render_more_text`` characters. Once the sample is
+in, the host is rendered from then on only if at least half of its compared pages gained.
+Either way one page in ``render_recheck`` is rendered again and compared, and the decision
+follows what the last sample's worth of comparisons say, so a site that starts or stops building
+its pages in the browser is noticed. The decisions and their counts live in Redis under the
+job's keys: any worker may fetch, render or decide.
+
+Samples and rechecks are handed out by counters in Redis, atomically, so pages fetched at once
+on many workers get no more of them than one worker would. A page of a host still sampling that
+finds its sample all handed out goes to the browser marked ``LATER``: it is rendered only if the
+host is not decided ``no`` by the time its turn comes (behind the samples in the render queue).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from redis import Redis
@@ -22,6 +28,7 @@ from crawler.redisconn import text
 from crawler.settings import Settings
 
 YES, NO = "yes", "no"
+NOW, LATER = "now", "later"  # a page to render, a page to render unless its host turns out not to need it
 
 
 @dataclass(frozen=True)
@@ -38,31 +45,41 @@ class Comparison:
                 or self.rendered_text - self.raw_text >= s.render_more_text)
 
 
-def choose(r: Redis, job_id: str, s: Settings, hosts: Iterable[str]) -> set[str]:
-    """Of the hosts of pages just fetched (one entry per page), those whose page goes to the
-    browser: every one with ``always``, none with ``never``, and with ``auto`` those sampling, those
-    decided ``yes``, and those due a recheck."""
+def choose(r: Redis, job_id: str, s: Settings, hosts: Sequence[str]) -> list[str]:
+    """For the pages just fetched (``hosts``: one entry per page, its host), in order: NOW for a
+    page to render, LATER for one to render unless its host is decided ``no`` by then, "" for one
+    not to. ``always`` renders every page, ``never`` none; ``auto`` renders the pages of hosts
+    decided ``yes``, the first ``render_sample`` pages of a new host (later ones: LATER), and
+    one in ``render_recheck`` of a host decided ``no``."""
     pages = list(hosts)
     if s.render == "never" or not pages:
-        return set()
+        return [""] * len(pages)
     if s.render == "always":
-        return set(pages)
-    distinct = sorted(set(pages))
-    decided = dict(zip(distinct, r.hmget(keys.render_decisions(job_id), distinct), strict=True))
-    out: set[str] = set()
+        return [NOW] * len(pages)
+    n = Counter(pages)
+    distinct = sorted(n)
+    got = dict(zip(distinct, r.hmget(keys.render_decisions(job_id), distinct), strict=True))
+    decided = {h: text(d) for h, d in got.items() if d is not None}
+    asked = [h for h in distinct if decided.get(h) != YES]
     pipe = r.pipeline(transaction=False)
-    due: list[str] = []
-    for host in distinct:
-        d = text(decided[host]) if decided[host] is not None else ""
-        if d == YES or not d:
-            out.add(host)
+    for host in asked:
+        pipe.hincrby(keys.render_stats(job_id), f"{host}|{'since' if host in decided else 'sampled'}", n[host])
+    # Each counter's values before and after this call's pages say how many of them fall within
+    # the sample, or on a multiple of render_recheck: whichever calls race, each is handed once.
+    quota: dict[str, int] = {}
+    every = max(1, s.render_recheck)
+    for host, after in zip(asked, pipe.execute(), strict=True):
+        before = int(after) - n[host]
+        quota[host] = (int(after) // every - before // every if host in decided
+                       else max(0, min(int(after), s.render_sample) - before))
+    out: list[str] = []
+    for host in pages:
+        if decided.get(host) == YES or quota[host] > 0:
+            if host in quota:
+                quota[host] -= 1
+            out.append(NOW)
         else:
-            pipe.hincrby(keys.render_stats(job_id), f"{host}|since", pages.count(host))
-            due.append(host)
-    for host, since in zip(due, pipe.execute(), strict=True):
-        if int(since) >= s.render_recheck:
-            r.hset(keys.render_stats(job_id), f"{host}|since", 0)
-            out.add(host)
+            out.append("" if host in decided else LATER)
     return out
 
 

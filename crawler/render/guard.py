@@ -2,8 +2,9 @@
 network stack: the page's document from the body the fetch stage got (the server is not asked
 twice), everything else fetched through the job's guarded HTTP client, so the same network guard
 (allowed networks, no private addresses, fixed DNS answers), robots.txt and body cap apply as to
-any fetch. Requests to one host wait their turn: at most the job's ``per_host`` at once, the
-job's ``delay`` apart. Each is counted (``render_requests``, ``render_blocked:<reason>``).
+any fetch. Requests to one host wait their turn: at most ``per_host`` at once, ``delay`` apart,
+each the host's own where the crawl has one (an operator's override, the adaptive delay) and
+the job's otherwise. Each is counted (``render_requests``, ``render_blocked:<reason>``).
 """
 
 from __future__ import annotations
@@ -26,24 +27,40 @@ _DROP = frozenset({"content-encoding", "content-length", "transfer-encoding", "c
 RobotsCheck = Callable[[str], Awaitable[str | None]]
 
 
-class HostTurns:
-    """Per host: requests in flight at most ``per_host``, starts at least ``delay`` apart."""
+# host -> (its requests in flight at most, its delay in seconds).
+Limits = Callable[[str], tuple[int, float]]
 
-    def __init__(self, per_host: int, delay: float) -> None:
+
+class HostTurns:
+    """Per host: requests in flight at most ``per_host``, each starting at least ``delay`` after
+    the last one started and after the last one ended (the crawl's meaning of a delay), or what
+    ``limits`` says for the host (asked once per host)."""
+
+    def __init__(self, per_host: int, delay: float, limits: Limits | None = None) -> None:
         self.per_host, self.delay = max(1, per_host), delay
+        self.limits = limits
         self._slots: dict[str, asyncio.Semaphore] = {}
+        self._delays: dict[str, float] = {}
         self._next: dict[str, float] = {}
 
     async def __call__(self, host: str, fetch: Callable[[], Awaitable[Any]]) -> Any:
-        slot = self._slots.setdefault(host, asyncio.Semaphore(self.per_host))
+        slot = self._slots.get(host)
+        if slot is None:
+            per_host, self._delays[host] = self.limits(host) if self.limits else (self.per_host, self.delay)
+            slot = self._slots[host] = asyncio.Semaphore(max(1, per_host))
+        delay = self._delays[host]
         async with slot:
-            if self.delay:
+            if delay:
                 now = time.monotonic()
                 start = max(now, self._next.get(host, 0.0))
-                self._next[host] = start + self.delay
+                self._next[host] = start + delay
                 if start > now:
                     await asyncio.sleep(start - now)
-            return await fetch()
+            try:
+                return await fetch()
+            finally:
+                if delay:
+                    self._next[host] = max(self._next[host], time.monotonic() + delay)
 
 
 class Guard:

@@ -30,7 +30,9 @@ from crawler.urls import domain_of, host_key
 # How long a fetched body may wait in Redis for parse and store: past any lease.
 BODY_TTL = 3600
 WANTED = "wanted"  # a page's ``render`` mark on its way to the render queue
-RENDER_WAIT = 4  # render timeouts a page bound for the browser may wait in its queue, past its lease
+# Render timeouts a page bound for the browser may wait in its queue past its lease, per round of
+# ``render_pages`` pages its batch takes in the browser (the batches ahead of it are much alike).
+RENDER_WAIT = 4
 
 
 def fetch_config(job: Job) -> FetchConfig:
@@ -153,24 +155,32 @@ def _page(ctx: Context, e: Entry, r: FetchResult, body_key: str, with_headers: b
 
 def _mark_for_render(ctx: Context, job: Job, token: str, spider: Spider | None,
                      pages: list[FetchedPage]) -> list[FetchedPage]:
-    """Mark the HTML pages a browser is to render (``render``: ``wanted[:<selector>]``): the
-    job's ``render`` setting decides, per host for ``auto``, unless the spider says otherwise."""
+    """Mark the HTML pages a browser is to render (``render``: ``wanted[:<selector>]``, or
+    ``wanted?``: only if the host, still sampling, turns out to need it): the job's ``render``
+    setting decides, per host for ``auto``, unless the spider says otherwise."""
+    s = job.settings
     html = [p for p in pages if p.status == 200 and p.body_key and not p.unchanged and is_html(p.content_type)]
-    chosen = decide.choose(ctx.redis, job.id, job.settings, [host_key(p.url) for p in html])
-    asks = spider is not None and overrides(spider, "render")
-    marks: dict[str, str] = {}
     counts: Counter[str] = Counter()
-    for p in html:
-        wish = render_wish(spider, p.url, counts) if asks and spider is not None else None
-        if wish is False or (wish is None and host_key(p.url) not in chosen):
-            continue
-        marks[p.url] = WANTED + (f":{wish}" if isinstance(wish, str) and wish else "")
+    asks = spider is not None and overrides(spider, "render")
+    wishes = [render_wish(spider, p.url, counts) if asks and spider is not None else None for p in html]
+    # Only pages the spider leaves to the setting take a sample or a recheck.
+    left = [p for p, wish in zip(html, wishes, strict=True) if wish is None]
+    picks = iter(decide.choose(ctx.redis, job.id, s, [host_key(p.url) for p in left]))
+    marks: dict[str, str] = {}
+    for p, wish in zip(html, wishes, strict=True):
+        if wish is None:
+            pick = next(picks)
+            if pick:
+                marks[p.url] = WANTED if pick == decide.NOW else WANTED + "?"
+        elif wish is not False:
+            marks[p.url] = WANTED + (f":{wish}" if isinstance(wish, str) and wish else "")
     if marks or counts:
         jobs.count(ctx.redis, job.id, render_queued=len(marks), **counts)
     if marks:
         # They may wait behind other pages for a browser: hold them longer than a parse would.
-        ctx.frontier.renew(job.id, [(p.url, token) for p in html if p.url in marks], job.settings.lease_timeout,
-                           extra=RENDER_WAIT * job.settings.render_timeout)
+        rounds = -(-len(marks) // max(1, s.render_pages))  # ceil
+        ctx.frontier.renew(job.id, [(p.url, token) for p in html if p.url in marks], s.lease_timeout,
+                           extra=RENDER_WAIT * s.render_timeout * rounds)
     return [dataclasses.replace(p, render=marks[p.url]) if p.url in marks else p for p in pages]
 
 

@@ -3,16 +3,25 @@ browser built parked beside their HTTP body (``rendered_key``), for parse to rea
 
 A page that cannot be rendered (its scripts run past ``render_timeout``, the browser crashes,
 no Chromium here) goes on to parse from its HTML with the reason in ``render``: it is stored,
-never lost. With ``render=auto`` each rendered page is compared with its own HTML and the
-host's decision learns from it (``crawler.render.decide``).
+never lost. One still busy at its deadline after its load event goes on with the DOM it had
+then (``render_timeout, partial DOM``). With ``render=auto`` each rendered page is compared with
+its own HTML and the host's decision learns from it (``crawler.render.decide``), a page whose
+scripts never let it load as one the browser added nothing to; a page marked to render only if
+its host needs it (``wanted?``) is let through unrendered once the host is decided ``no``.
+
+The browser's requests to a host keep to that host's politeness: its in-flight limit and the
+largest of the job's delay, the host's current (adaptive) delay and an operator's override.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import dataclasses
+import logging
 import os
 from collections import Counter
+from collections.abc import Sequence
 from typing import cast
 
 from crawler import jobs
@@ -22,25 +31,48 @@ from crawler.messages import FetchedPage
 from crawler.parse import parse_html
 from crawler.render import decide
 from crawler.render.browser import Browser, Rendered, RenderUnavailable, chromium_path
-from crawler.render.guard import Guard, HostTurns
+from crawler.render.guard import Guard, HostTurns, Limits
 from crawler.settings import Settings
 from crawler.stages.context import Context
 from crawler.stages.fetch import BODY_TTL, WANTED, fetch_config
 from crawler.urls import host_key
 
 RENDERED_TYPE = "text/html; charset=utf-8"
+IF_NEEDED = WANTED + "?"  # render=auto: render unless the page's host is decided ``no`` by then
+NOTHING = decide.Comparison(0, 0, 0, 0)  # what a page whose scripts never let it load yields
+
+log = logging.getLogger(__name__)
 
 _browser: Browser | None = None
 _browser_pid = 0
 
 
 def browser(s: Settings) -> Browser:
-    """This process's browser (RenderUnavailable without Chromium), rebuilt after a fork."""
+    """This process's browser (RenderUnavailable without Chromium), rebuilt after a fork, and
+    closed when the process exits."""
     global _browser, _browser_pid
     if _browser is None or _browser_pid != os.getpid():
         _browser = Browser(chromium_path(s.chromium), s.render_pages, s.render_recycle_pages, s.render_max_rss)
         _browser_pid = os.getpid()
+        atexit.register(_close_at_exit, _browser)
     return _browser
+
+
+def close_browser() -> None:
+    """Close this process's browser, if it has one (a prefork child's shutdown: atexit does not
+    run there)."""
+    if _browser is not None:
+        _close_at_exit(_browser)
+
+
+def _close_at_exit(b: Browser) -> None:
+    # A worker's warm shutdown ends here: its browser and driver go with it rather than
+    # outliving it for a moment as orphans.
+    if _browser is b and _browser_pid == os.getpid():
+        try:
+            runtime().run(asyncio.wait_for(b.close(), 15.0))
+        except Exception:
+            log.warning("render: the browser did not close cleanly", exc_info=True)
 
 
 def wanted(page: FetchedPage) -> bool:
@@ -55,20 +87,25 @@ def render_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage]) -
     """Render the pages marked for it; return every page, rendered or with the reason it was not."""
     s = job.settings
     ctx.frontier.renew(job.id, [(p.url, token) for p in pages], s.lease_timeout)
+    maybe = [p for p in pages if p.render == IF_NEEDED]
+    decided = decide.decisions(ctx.redis, job.id, [host_key(p.url) for p in maybe])
+    unneeded = {p.url for p in maybe if decided.get(host_key(p.url)) == decide.NO}
+    if unneeded:
+        pages = [dataclasses.replace(p, render="") if p.url in unneeded else p for p in pages]
     todo = [p for p in pages if wanted(p) and p.body_key]
     bodies = ctx.bodies([p.body_key for p in todo])
-    counts: Counter[str] = Counter()
+    counts: Counter[str] = Counter(render_not_needed=len(unneeded))
     try:
         b = browser(s)
     except RenderUnavailable:
-        jobs.count(ctx.redis, job.id, render_unavailable=len(todo))
+        jobs.count(ctx.redis, job.id, render_unavailable=len(todo), render_not_needed=len(unneeded))
         return [dataclasses.replace(p, render="render_unavailable") if wanted(p) else p for p in pages]
     rt = runtime()
     config = fetch_config(job)
     # The guard sends any method a page asks for: the client itself, not the fetch-only protocol.
     fetcher = cast(HttpFetcher, ctx.fetcher or rt.fetcher(config))
     robots = ctx.politeness.robots_check(job, fetcher, config) if s.obey_robots else None
-    turns = HostTurns(s.per_host, s.delay)
+    turns = HostTurns(s.per_host, s.delay, host_limits(ctx, job, [host_key(p.url) for p in todo]))
     guards = [Guard(p.final_url or p.url, body or b"", p.content_type, fetcher, config, robots, turns, counts)
               for p, body in zip(todo, bodies, strict=True)]
 
@@ -98,8 +135,11 @@ def render_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage]) -
             out.append(dataclasses.replace(p, render="") if wanted(p) else p)
             continue
         got, guard, body = results[p.url]
-        if not got.html:
+        if got.error:
             counts[got.error] += 1
+        if not got.html:
+            if s.render == "auto" and got.error == "render_timeout":
+                decide.learn(ctx.redis, job.id, s, host_key(p.url), NOTHING)
             out.append(dataclasses.replace(p, render=got.error))
             continue
         dom = got.html.encode("utf-8", "replace")
@@ -109,14 +149,42 @@ def render_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage]) -
             out.append(dataclasses.replace(p, render="render_too_large"))
             continue
         key = ctx.frontier.hold_body(job.id, token, p.url + "#rendered", dom, BODY_TTL, pipe)
-        note = "rendered" + (f", {guard.blocked} requests blocked" if guard.blocked else "")
-        counts["rendered"] += 1
+        note = (f"{got.error}, partial DOM" if got.error else "rendered") + (
+            f", {guard.blocked} requests blocked" if guard.blocked else "")
+        if not got.error:
+            counts["rendered"] += 1
         if s.render == "auto" and body is not None:
             decide.learn(ctx.redis, job.id, s, host_key(p.url), compare(p, body, dom, s))
         out.append(dataclasses.replace(p, rendered_key=key, render=note))
     jobs.count(pipe, job.id, **counts)
     pipe.execute()
     return out
+
+
+def host_limits(ctx: Context, job: Job, hosts: Sequence[str]) -> Limits:
+    """Each host's (in-flight limit, delay) for the browser's requests: the operator's limit for
+    the host, else the job's; and the largest of the job's delay, the host's current (adaptive)
+    delay and the operator's. Read from the frontier for ``hosts`` now, and for any other host
+    on its first request."""
+    s = job.settings
+    known: dict[str, tuple[int, float]] = {}
+
+    def load(names: list[str]) -> None:
+        delays = ctx.frontier.host_delays(job.id, names)
+        overrides = ctx.frontier.host_overrides(job.id, names)
+        for host, own, o in zip(names, delays, overrides, strict=True):
+            per_host = o.per_host if o is not None and o.per_host is not None else s.per_host
+            fixed = o.delay if o is not None and o.delay is not None else 0.0
+            known[host] = (per_host, max(s.delay, own or 0.0, fixed))
+
+    load(sorted(set(hosts)))
+
+    def limits(host: str) -> tuple[int, float]:
+        if host not in known:
+            load([host])
+        return known[host]
+
+    return limits
 
 
 async def _lost() -> Rendered:

@@ -2,8 +2,10 @@
 does not.
 
 The scripted host's HTML holds no links and little text: scripts add them, some at once, some
-after a delay. Among its pages, one script never ends (``/loop``) and one asks for an address no
-crawl may reach (``/blocked``: 10.255.255.1, which the guard must refuse before a packet
+after a delay (``/slow``: on a timer longer than ``render_settle``, with nothing else happening
+before it). Among its pages, one script never ends (``/loop``), one never stops changing its page
+after adding a link (``/busy``: read at its deadline as it stands), and one asks for an address
+no crawl may reach (``/blocked``: 10.255.255.1, which the guard must refuse before a packet
 leaves) and then adds a link. The plain host is a chain of ordinary pages. ``reachable`` is
 what a browser-equipped crawl must find; ``served`` counts what each host was asked for.
 """
@@ -16,6 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 SCRIPTED_PAGES = ("/a1", "/a2", "/a3", "/a4")
+TIMEOUT_PAGES = ("/loop", "/busy")  # rendered only until their deadline
+LEAVES = ("/late1", "/late2", *(f"/leaf{i}" for i in range(1, 5)), "/slow-leaf", "/after-busy", "/after-blocked")
 PLAIN_CHAIN = 8
 FILLER = ("The quick brown fox jumps over the lazy dog while the crawler reads every word of it. " * 12).strip()
 
@@ -47,8 +51,7 @@ class ScriptedWeb:
         return [self.origin(self.ips[0]) + "/"]
 
     def scripted_paths(self) -> list[str]:
-        return ["/", *SCRIPTED_PAGES, "/late1", "/late2", *(f"/leaf{i}" for i in range(1, 5)), "/loop", "/blocked",
-                "/after-blocked"]
+        return ["/", *SCRIPTED_PAGES, "/slow", *TIMEOUT_PAGES, "/blocked", *LEAVES]
 
     def plain_paths(self) -> list[str]:
         return ["/", *(f"/p{i}" for i in range(1, PLAIN_CHAIN + 1))]
@@ -68,16 +71,21 @@ class ScriptedWeb:
             nxt = f"<a href='/p{n + 1}'>next</a>" if n < PLAIN_CHAIN else ""
             return _page(f"plain {n}", f"<p>{FILLER}</p>{nxt}")
         if path == "/":
-            now = _add_links([*SCRIPTED_PAGES, "/loop", "/blocked", plain + "/"], FILLER)
+            now = _add_links([*SCRIPTED_PAGES, "/slow", *TIMEOUT_PAGES, "/blocked", plain + "/"], FILLER)
             later = _add_links(["/late1", "/late2"])
             return _page("scripted home", "", f"{now}setTimeout(function(){{{later}}}, 200);")
         if path in SCRIPTED_PAGES:
             i = SCRIPTED_PAGES.index(path) + 1
             return _page(f"scripted {i}", "", _add_links([f"/leaf{i}"], FILLER))
-        if path in ("/late1", "/late2", *(f"/leaf{i}" for i in range(1, 5)), "/after-blocked"):
+        if path in LEAVES:
             return _page(path[1:], "", _add_links([], FILLER))
+        if path == "/slow":
+            return _page("slow", "", f"setTimeout(function(){{{_add_links(['/slow-leaf'], FILLER)}}}, 1200);")
         if path == "/loop":
             return _page("loop", "<p>a script that never ends</p>", "while (true) {}")
+        if path == "/busy":
+            tick = "setInterval(function(){document.getElementById('tick').textContent=Date.now();}, 100);"
+            return _page("busy", "<p id=tick></p>", _add_links(["/after-busy"], FILLER) + tick)
         if path == "/blocked":
             steal = ("fetch('http://10.255.255.1/steal').catch(function(){}).finally(function(){"
                      + _add_links(["/after-blocked"], FILLER) + "});")

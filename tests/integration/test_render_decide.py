@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+
 import redis
 
 from crawler.render import decide
-from crawler.render.decide import Comparison
+from crawler.render.decide import LATER, NOW, Comparison
 from crawler.settings import Settings
 
 JOB = "job-render"
@@ -14,23 +16,23 @@ SAME = Comparison(raw_links=12, rendered_links=12, raw_text=900, rendered_text=9
 
 
 def test_never_and_always(r: redis.Redis) -> None:
-    assert decide.choose(r, JOB, Settings(render="never"), ["a", "b"]) == set()
-    assert decide.choose(r, JOB, Settings(render="always"), ["a", "b", "a"]) == {"a", "b"}
+    assert decide.choose(r, JOB, Settings(render="never"), ["a", "b"]) == ["", ""]
+    assert decide.choose(r, JOB, Settings(render="always"), ["a", "b", "a"]) == [NOW, NOW, NOW]
 
 
 def test_a_host_is_sampled_then_decided_each_way(r: redis.Redis) -> None:
     s = Settings(render="auto", render_sample=3, render_recheck=10)
-    assert decide.choose(r, JOB, s, ["js", "plain"]) == {"js", "plain"}  # both sampling
+    assert decide.choose(r, JOB, s, ["js", "plain"]) == [NOW, NOW]  # both sampling
     for _ in range(2):
         assert decide.learn(r, JOB, s, "js", GAIN) == ""
         assert decide.learn(r, JOB, s, "plain", SAME) == ""
     assert decide.learn(r, JOB, s, "js", GAIN) == decide.YES
     assert decide.learn(r, JOB, s, "plain", SAME) == decide.NO
     assert decide.decisions(r, JOB) == {"js": "yes", "plain": "no"}
-    assert decide.choose(r, JOB, s, ["js", "plain"]) == {"js"}
+    assert decide.choose(r, JOB, s, ["js", "plain"]) == [NOW, ""]
     # The plain host comes back for a recheck once in render_recheck of its pages.
     picked = [decide.choose(r, JOB, s, ["plain"]) for _ in range(18)]
-    assert sum(1 for p in picked if p) == 1
+    assert sum(1 for p in picked if p == [NOW]) == 1 and all(p in ([NOW], [""]) for p in picked)
 
 
 def test_a_host_that_starts_scripting_is_noticed(r: redis.Redis) -> None:
@@ -41,3 +43,36 @@ def test_a_host_that_starts_scripting_is_noticed(r: redis.Redis) -> None:
     got = [decide.learn(r, JOB, s, "site", GAIN) for _ in range(3)]
     assert got[-1] == decide.YES
     assert not Comparison(10, 12, 100, 300).gained(s) and Comparison(10, 13, 100, 100).gained(s)
+
+
+def _race(redis_url: str, s: Settings, batches: list[list[str]]) -> list[str]:
+    """choose() for each batch at once, from as many threads and Redis connections."""
+    out: list[str] = []
+    lock, go = threading.Lock(), threading.Barrier(len(batches))
+
+    def one(hosts: list[str]) -> None:
+        client = redis.Redis.from_url(redis_url)
+        go.wait()
+        got = decide.choose(client, JOB, s, hosts)
+        client.close()
+        with lock:
+            out.extend(got)
+
+    threads = [threading.Thread(target=one, args=(b,)) for b in batches]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def test_concurrent_fetches_of_a_new_host_get_no_more_than_its_sample(r: redis.Redis, redis_url: str) -> None:
+    s = Settings(render="auto", render_sample=3, render_recheck=10)
+    # 40 fetch batches at once, with one to three pages of the same undecided host each.
+    got = _race(redis_url, s, [["plain"] * (1 + i % 3) for i in range(40)])
+    assert got.count(NOW) == s.render_sample and got.count(LATER) == len(got) - s.render_sample
+    for _ in range(3):
+        decide.learn(r, JOB, s, "plain", SAME)
+    # Decided "no": one recheck per render_recheck pages, however the pages arrive.
+    got = _race(redis_url, s, [["plain"] for _ in range(25)])
+    assert got.count(NOW) == 25 // s.render_recheck and got.count("") == 25 - 25 // s.render_recheck
