@@ -126,7 +126,8 @@ class FetchedPage:
     items: tuple[dict[str, Any], ...] = ()
     items_parsed: bool = False
     # Rendering (``crawler.stages.render``): ``render`` is ``wanted[:<selector>]`` on the way to
-    # the render queue, then what came of it (``rendered``, or the reason it was not); the DOM
+    # the render queue (``wanted?``: only if its host, still sampling, turns out to need it), then
+    # what came of it (``rendered``, or the reason it was not); the DOM
     # the browser built waits in Redis under ``rendered_key`` for parse and the WARC.
     render: str = ""
     rendered_key: str = ""

@@ -7,15 +7,25 @@ them before its heartbeat timer starts.
   figures in Redis (``crawler.nodes``); a warm shutdown marks the node gone.
 - ``worker_init``: a worker started with ``CRAWLER_PARENT_PID`` dies with that parent
   (``crawler.lifeline``).
+- ``celeryd_after_setup``: a worker of the ``render`` queue without Chromium stops at once, saying
+  what to install, instead of marking every page ``render_unavailable``.
+- ``worker_process_shutdown``: a prefork child closes its browser (atexit does not run there).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 from typing import Any
 
-from celery.signals import celeryd_after_setup, heartbeat_sent, worker_init, worker_shutdown
+from celery.signals import (
+    celeryd_after_setup,
+    heartbeat_sent,
+    worker_init,
+    worker_process_shutdown,
+    worker_shutdown,
+)
 from redis import Redis
 
 from crawler import joblog
@@ -23,7 +33,9 @@ from crawler.celeryapp.config import redis_url
 from crawler.lifeline import die_with_parent, parent_from_env, watch_parent
 from crawler.nodes import mark_offline, record_heartbeat
 from crawler.redisconn import connect
-from crawler.sharding import SHARED_QUEUE, shard_of_queue
+from crawler.render.browser import RenderUnavailable, chromium_path
+from crawler.settings import Settings
+from crawler.sharding import RENDER_QUEUE, SHARED_QUEUE, shard_of_queue
 
 # One client per process: a prefork child must not share its parent's sockets.
 _clients: dict[int, Redis] = {}
@@ -47,6 +59,23 @@ def consume_shared(sender: object = None, instance: Any = None, **_: Any) -> Non
     queues = instance.app.amqp.queues
     if any(shard_of_queue(name) is not None for name in queues.consume_from):
         queues.select_add(SHARED_QUEUE)
+
+
+def check_render(sender: object = None, instance: Any = None, **_: Any) -> None:
+    """A worker of the render queue needs Chromium: without it, one line and exit status 2."""
+    if RENDER_QUEUE not in instance.app.amqp.queues.consume_from:
+        return
+    try:
+        chromium_path(Settings.from_env().chromium)
+    except RenderUnavailable as exc:
+        print(f"crawler: this worker serves the {RENDER_QUEUE} queue, but {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def close_browser(**_: Any) -> None:
+    from crawler.stages.render import close_browser as close
+
+    close()
 
 
 def on_heartbeat(sender: Any, **_: Any) -> None:
@@ -83,3 +112,5 @@ def install() -> None:
     worker_shutdown.connect(on_shutdown, weak=False)
     worker_init.connect(on_worker_init, weak=False)
     celeryd_after_setup.connect(consume_shared, weak=False)
+    celeryd_after_setup.connect(check_render, weak=False)
+    worker_process_shutdown.connect(close_browser, weak=False)

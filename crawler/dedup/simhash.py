@@ -19,7 +19,11 @@ import mmh3
 
 _simhash_c: Callable[[bytes], int] | None
 try:
-    from crawler.dedup._simhash import simhash as _simhash_c
+    # Imported from its package, not by its own name: import-linter reads .py files only and
+    # would take an extension module's name for the top package's.
+    from crawler.dedup import _simhash
+
+    _simhash_c = _simhash.simhash
 except ImportError:  # built without a C compiler: the Python version gives the same values
     _simhash_c = None
 
