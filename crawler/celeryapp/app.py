@@ -37,6 +37,13 @@ def make_app(settings: Settings | None = None) -> Celery:
             "unacked_restore_interval": max(1, min(10, settings.visibility_timeout // 4)),
             "unacked_restore_throttle": 1,
             "unacked_mutex_expire": max(5, min(300, settings.visibility_timeout // 2)),
+            # A worker takes from its queues in the order it consumes them: its shard queues
+            # (fetch, dedup) before the shared one (parse, store; added last by
+            # crawler.celeryapp.signals), not in turn. A fetch that waits behind a parse keeps its
+            # hosts idle, and under one request per host that, not CPU, sets pages/s. Shared work
+            # never starves: pages fetched and not yet stored count against the job's
+            # concurrency, so dispatch stops while they wait.
+            "queue_order_strategy": "priority",
         },
         task_time_limit=settings.task_time_limit,
         # The soft limit warns a task shortly before the hard one kills it.

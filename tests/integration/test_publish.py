@@ -16,6 +16,7 @@ from crawler.celeryapp import tasks
 from crawler.celeryapp.app import app
 from crawler.celeryapp.publish import Publisher
 from crawler.settings import Settings
+from crawler.sharding import SHARED_QUEUE
 from crawler.testweb import TestWeb
 from tests.conftest import Workers, wait_done
 
@@ -50,17 +51,25 @@ def test_a_message_is_what_apply_async_would_send(r: redis.Redis, redis_url: str
                                                                                "routing_key": "q-ours"}
 
 
-def test_a_worker_runs_the_messages_in_order(make_web: Callable[..., TestWeb], workers: Workers,
-                                             r: redis.Redis, tmp_path: Path) -> None:
+def test_a_worker_runs_the_messages_and_its_shard_queue_first(make_web: Callable[..., TestWeb], workers: Workers,
+                                                              r: redis.Redis, tmp_path: Path) -> None:
     web = make_web(1, 5)
     job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{tmp_path}/c.db", shards=1), web.seeds())
-    # Two bad messages in one round trip, then the worker: both are read, refused and counted.
-    tasks._publish(tasks._message(tasks.store_task, "shard-0", (job_id, 0, "tok", [{"v": 2, "url": web.seeds()[0]}])),
-                   tasks._message(tasks.dedup_task, "shard-0", (job_id, "tok:0", [{"v": 2, "urls": []}])))
+    # Bad messages in one round trip, the shared queue's first, then the worker: all are read,
+    # refused and counted, the shard queue's (fetch and dedup work) all taken first; in turn
+    # (kombu's default), the page would come second.
+    bad_page = [{"v": 2, "url": web.seeds()[0]}]
+    bad_group = [{"v": 2, "urls": []}]
+    tasks._publish(tasks._message(tasks.store_task, SHARED_QUEUE, (job_id, 0, "tok", bad_page)),
+                   tasks._message(tasks.dedup_task, "shard-0", (job_id, "tok:0", bad_group)),
+                   tasks._message(tasks.dedup_task, "shard-0", (job_id, "tok2:0", bad_group)))
     workers.start("w", "shard-0")
     wait_done(r, job_id)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and jobs.status(r, job_id)["counters"].get("bad_message", 0) < 2:
+    while time.monotonic() < deadline and jobs.status(r, job_id)["counters"].get("bad_message", 0) < 3:
         time.sleep(0.1)
     c = jobs.status(r, job_id)["counters"]
-    assert c["bad_message"] == 2 and c["stored"] == len(web.reachable_urls())
+    assert c["bad_message"] == 3 and c["stored"] == len(web.reachable_urls())
+    refused = [line.split(" message has schema")[0].rsplit(" ", 1)[-1]
+               for line in (workers.log_dir / "w.log").read_text().splitlines() if "has schema version 2" in line]
+    assert refused == ["group", "group", "page"], refused
