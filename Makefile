@@ -62,7 +62,7 @@ bench-scaling: $(PY)
 	$(PY) -m bench.scaling
 
 # Cost growth: 200,000 pages on 200 hosts by two workers; pages/s, CPU per page, Redis memory and
-# worker RSS every 10 s, charted against pages crawled (about 40 minutes here).
+# worker RSS every 10 s, charted against pages crawled (about 10 minutes here).
 bench-scale: bench-install
 	$(PY) -m bench.scale $(BENCH_ARGS)
 
