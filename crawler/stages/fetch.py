@@ -30,6 +30,7 @@ from crawler.urls import domain_of, host_key
 # How long a fetched body may wait in Redis for parse and store: past any lease.
 BODY_TTL = 3600
 WANTED = "wanted"  # a page's ``render`` mark on its way to the render queue
+IF_NEEDED = WANTED + "?"  # render=auto: render unless the page's host is decided ``no`` by then
 # Render timeouts a page bound for the browser may wait in its queue past its lease, per round of
 # ``render_pages`` pages its batch takes in the browser (the batches ahead of it are much alike).
 RENDER_WAIT = 4
@@ -171,7 +172,7 @@ def _mark_for_render(ctx: Context, job: Job, token: str, spider: Spider | None,
         if wish is None:
             pick = next(picks)
             if pick:
-                marks[p.url] = WANTED if pick == decide.NOW else WANTED + "?"
+                marks[p.url] = WANTED if pick == decide.NOW else IF_NEEDED
         elif wish is not False:
             marks[p.url] = WANTED + (f":{wish}" if isinstance(wish, str) and wish else "")
     if marks or counts:

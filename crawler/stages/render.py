@@ -9,8 +9,8 @@ its own HTML and the host's decision learns from it (``crawler.render.decide``),
 scripts never let it load as one the browser added nothing to; a page marked to render only if
 its host needs it (``wanted?``) is let through unrendered once the host is decided ``no``.
 
-The browser's requests to a host keep to that host's politeness: its in-flight limit and the
-largest of the job's delay, the host's current (adaptive) delay and an operator's override.
+The browser's requests to a host keep to that host's politeness: its in-flight limit, and its
+delay as fetches have it (an operator's for the host, else the job's, raised by the adaptive one).
 """
 
 from __future__ import annotations
@@ -34,11 +34,10 @@ from crawler.render.browser import Browser, Rendered, RenderUnavailable, chromiu
 from crawler.render.guard import Guard, HostTurns, Limits
 from crawler.settings import Settings
 from crawler.stages.context import Context
-from crawler.stages.fetch import BODY_TTL, WANTED, fetch_config
+from crawler.stages.fetch import BODY_TTL, IF_NEEDED, WANTED, fetch_config
 from crawler.urls import host_key
 
 RENDERED_TYPE = "text/html; charset=utf-8"
-IF_NEEDED = WANTED + "?"  # render=auto: render unless the page's host is decided ``no`` by then
 NOTHING = decide.Comparison(0, 0, 0, 0)  # what a page whose scripts never let it load yields
 
 log = logging.getLogger(__name__)
@@ -163,9 +162,9 @@ def render_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage]) -
 
 def host_limits(ctx: Context, job: Job, hosts: Sequence[str]) -> Limits:
     """Each host's (in-flight limit, delay) for the browser's requests: the operator's limit for
-    the host, else the job's; and the largest of the job's delay, the host's current (adaptive)
-    delay and the operator's. Read from the frontier for ``hosts`` now, and for any other host
-    on its first request."""
+    the host, else the job's; and the operator's delay for the host, else the job's, or the
+    host's current (adaptive) delay where that is larger. Read from the frontier for ``hosts``
+    now, and for any other host on its first request."""
     s = job.settings
     known: dict[str, tuple[int, float]] = {}
 
@@ -174,8 +173,10 @@ def host_limits(ctx: Context, job: Job, hosts: Sequence[str]) -> Limits:
         overrides = ctx.frontier.host_overrides(job.id, names)
         for host, own, o in zip(names, delays, overrides, strict=True):
             per_host = o.per_host if o is not None and o.per_host is not None else s.per_host
-            fixed = o.delay if o is not None and o.delay is not None else 0.0
-            known[host] = (per_host, max(s.delay, own or 0.0, fixed))
+            # As for fetches (crawler.politeness): an operator's delay replaces the job's as the
+            # host's floor, and the adaptive delay may only raise it.
+            floor = o.delay if o is not None and o.delay is not None else s.delay
+            known[host] = (per_host, max(floor, own or 0.0))
 
     load(sorted(set(hosts)))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import redis
 
@@ -76,3 +77,25 @@ def test_concurrent_fetches_of_a_new_host_get_no_more_than_its_sample(r: redis.R
     # Decided "no": one recheck per render_recheck pages, however the pages arrive.
     got = _race(redis_url, s, [["plain"] for _ in range(25)])
     assert got.count(NOW) == 25 // s.render_recheck and got.count("") == 25 - 25 // s.render_recheck
+
+
+def test_the_browsers_host_delay_is_the_one_fetches_keep(r: redis.Redis, tmp_path: Path) -> None:
+    from crawler import jobs
+    from crawler.frontier.core import HostOverride
+    from crawler.stages.context import Context
+    from crawler.stages.render import host_limits
+
+    job_id = jobs.submit(r, Settings.from_env(delay=1.0, per_host=1, shards=1, store=f"sqlite:///{tmp_path / 'c.db'}"),
+                         ["http://127.0.4.50/"])
+    ctx = Context.default(r)
+    # An operator's delay replaces the job's as the host's floor (crawler.politeness), shorter
+    # or longer; the adaptive delay only raises it.
+    ctx.frontier.set_host_override(job_id, "127.0.4.51:80", HostOverride(delay=0.2), shards=1)
+    ctx.frontier.set_host_override(job_id, "127.0.4.52:80", HostOverride(delay=0.2), shards=1)
+    ctx.frontier.set_host_delays(job_id, {"127.0.4.52:80": 0.5, "127.0.4.53:80": 1.5})
+    limits = host_limits(ctx, jobs.load(r, job_id), ["127.0.4.51:80"])
+    assert limits("127.0.4.51:80") == (1, 0.2)
+    assert limits("127.0.4.52:80") == (1, 0.5)
+    assert limits("127.0.4.53:80") == (1, 1.5)
+    assert limits("127.0.4.54:80") == (1, 1.0)
+    ctx.close()
