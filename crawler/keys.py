@@ -46,6 +46,11 @@ def store_error(job: str) -> str:
     return prefix(job) + "storeerr"
 
 
+def robots_wait(job: str) -> str:
+    """host -> ``"<until> <why>"``: hosts whose robots.txt could not be had, waiting to ask again."""
+    return prefix(job) + "robwait"
+
+
 def cycle(job: str, number: int | str) -> str:
     """Start, end and counters of one cycle of a periodic job."""
     return prefix(job) + f"cyc:{number}"
@@ -83,6 +88,12 @@ def leases(job: str) -> str:
 def lease_expiry(job: str) -> str:
     """Leased URLs scored by when their lease expires."""
     return prefix(job) + "lexp"
+
+
+def query_variants(job: str, shape: str) -> str:
+    """Digests of the URLs admitted under one query shape of one host (``crawler.dedup.variants``);
+    ``shape`` is already a digest."""
+    return prefix(job) + "qv:" + shape
 
 
 def retries(job: str) -> str:

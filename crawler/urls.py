@@ -26,6 +26,27 @@ _UNSAFE_RE = re.compile(r"[\x00-\x20\x7f-\x9f]|\s")
 # URLs differing only in them are one page (fetching each variant is a duplicate fetch).
 TRACKING_PARAMS = frozenset({"gclid", "dclid", "gbraid", "wbraid", "fbclid", "msclkid", "yclid", "igshid",
                              "mc_cid", "mc_eid", "_ga", "_gl", "_hsenc", "_hsmi", "mkt_tok"})
+# Session-id parameters (Heritrix's and Nutch's lists): a server that keeps its session in the URL
+# names the same page anew for every visitor and every visit, so each link is a "new" URL and a
+# crawl follows the same few pages for ever. Stripped whatever their value; ``aspsessionid``
+# also with ASP's eight-letter suffix (``ASPSESSIONIDQSTRCBAD``).
+SESSION_PARAMS = frozenset({"jsessionid", "phpsessid", "sessionid", "session_id", "sessid", "aspsessionid",
+                            "cfid", "cftoken", "oscsid", "zenid"})
+# Names that also mean something else (``sid=42``: a story or site id): stripped only when the
+# value has the shape of a session id, 10+ letters, digits, ``-`` or ``_`` (Heritrix's rule for
+# ``sid`` wants 32; servers that number sessions use shorter ones).
+SESSION_ID_PARAMS = frozenset({"sid"})
+_SESSION_ID_RE = re.compile(r"[A-Za-z0-9_-]{10,}")
+_ASP_SESSION_RE = re.compile(r"aspsessionid[a-z]{8}")
+# Java's and PHP's form in the path: /page;jsessionid=0123ABC?x=1
+_PATH_SESSION_RE = re.compile(r";(?:jsessionid|phpsessid|sessionid)=[^/?;]*", re.IGNORECASE)
+# An opaque token: 16+ characters of the alphabets session ids, nonces and cache busters are
+# written in; hex with letters and digits both (UUIDs too), or a string whose character class
+# (lower, upper, digit) changes at least every fourth character, as random base64 does about
+# every second one (a slug such as ``python-3-tutorial`` changes once).
+_TOKEN_CHARS_RE = re.compile(r"^[A-Za-z0-9_\-.~+/=%]{16,}$")
+_HEX_RE = re.compile(r"^(?=.*[0-9])(?=.*[a-fA-F])[0-9a-fA-F-]+$")
+_CLASS_RUN_RE = re.compile(r"[a-z]+|[A-Z]+|[0-9]+")
 
 
 # Navigation links repeat on every page of a site. Bounded by bytes too: a site of 2 KB URLs
@@ -34,17 +55,18 @@ _canonical_cache: LRU[str, str] = LRU(process_limit("canonical_cache_size"), pro
                                       sizeof=str_size)
 
 
-def canonicalize(url: str, max_length: int = 2048) -> str:
+def canonicalize(url: str, max_length: int = 2048, drop: frozenset[str] = frozenset()) -> str:
     """Canonical form: lower-case scheme and host, no default port, no dot segments, sorted
-    query, no fragment, percent-encoding normalised. Raises BadURL for what cannot be fetched.
+    query, no fragment, percent-encoding normalised, no tracking or session-id parameters (and
+    none named in ``drop``, lower-case: a job's own list). Raises BadURL for what cannot be
+    fetched.
     """
     out = _canonical_cache.get(url)
     # A hit from a call with a larger limit is only good if it passes this one's checks.
-    if out is not None and len(out) <= max_length and len(url) <= max_length:
-        return out
-    out = _canonical(url, max_length)
-    _canonical_cache.put(url, out)
-    return out
+    if out is None or len(out) > max_length or len(url) > max_length:
+        out = _canonical(url, max_length)
+        _canonical_cache.put(url, out)
+    return strip_params(out, drop) if drop and "?" in out else out
 
 
 def _canonical(url: str, max_length: int) -> str:
@@ -80,6 +102,8 @@ def _canonical(url: str, max_length: int) -> str:
         out = canonicalize_url(rebuilt, keep_fragments=False)
     except (ValueError, UnicodeError) as exc:
         raise BadURL(str(exc)) from exc
+    if ";" in out:
+        out = _PATH_SESSION_RE.sub("", out)
     if "?" in out:
         out = strip_tracking(out)
     if len(out) > max_length:
@@ -105,16 +129,51 @@ def _check_ip_literal(host: str) -> None:
 
 
 def strip_tracking(url: str) -> str:
-    """Drop ``utm_*`` and other click-tracking parameters from a canonical URL's query (its
-    encoding and order untouched)."""
+    """Drop ``utm_*`` and other click-tracking parameters, and session ids, from a canonical
+    URL's query (its encoding and order untouched)."""
     head, query = url.split("?", 1)
-    kept = [p for p in query.split("&") if not _is_tracking(p.split("=", 1)[0])]
+    kept = [p for p in query.split("&") if not _is_tracking(p)]
     return f"{head}?{'&'.join(kept)}" if kept else head
 
 
-def _is_tracking(name: str) -> bool:
+def strip_params(url: str, names: frozenset[str]) -> str:
+    """Drop the query parameters named in ``names`` (lower-case) from a canonical URL."""
+    head, query = url.split("?", 1)
+    kept = [p for p in query.split("&") if p.split("=", 1)[0].lower() not in names]
+    return f"{head}?{'&'.join(kept)}" if kept else head
+
+
+def _is_tracking(param: str) -> bool:
+    name, _, value = param.partition("=")
     name = name.lower()
-    return name.startswith("utm_") or name in TRACKING_PARAMS
+    return (name.startswith("utm_") or name in TRACKING_PARAMS or name in SESSION_PARAMS
+            or (name in SESSION_ID_PARAMS and _SESSION_ID_RE.fullmatch(value) is not None)
+            or (name.startswith("aspsessionid") and _ASP_SESSION_RE.fullmatch(name) is not None))
+
+
+def is_token(value: str) -> bool:
+    """Whether a query value looks like an opaque token (a session id, a nonce, a cache
+    buster) rather than a word, a slug or a plain number."""
+    if _TOKEN_CHARS_RE.match(value) is None:
+        return False
+    if _HEX_RE.match(value):
+        return True
+    runs = _CLASS_RUN_RE.findall(value)
+    return len(runs) > 1 and (len(runs) - 1) * 4 >= len(value)
+
+
+def token_shape(url: str) -> str | None:
+    """A canonical URL's path and query with every token-like value replaced by ``*``
+    (``/s?a=1&t=*``), or None if its query holds no token. Links that share a shape differ only
+    in opaque values: the variants a session-id or nonce trap makes of one page."""
+    if "?" not in url:
+        return None
+    head, query = url.split("?", 1)
+    params = query.split("&")
+    shaped = [(n + "=*") if is_token(v) else p for p in params for n, _, v in (p.partition("="),)]
+    if shaped == params:
+        return None
+    return f"{head}?{'&'.join(shaped)}"
 
 
 def host_key(url: str) -> str:

@@ -16,6 +16,7 @@ from redis import Redis
 from crawler import jobs
 from crawler.dedup import SeenCache, SeenSet, seen_set
 from crawler.dedup.neardup import NearDuplicates
+from crawler.dedup.variants import QueryVariants
 from crawler.fetch import Fetcher
 from crawler.frontier import Frontier
 from crawler.jobs import Job
@@ -55,6 +56,7 @@ class Context:
     # Where jobs may make this worker write: from its environment, never from a job.
     store_root: str = ""
     store_hosts: tuple[str, ...] = ()
+    spider_paths: tuple[str, ...] = ()  # where its spiders may come from, besides entry points
     job_cache_size: int = 256
     open_stores: int = 16
     node: str = field(default_factory=_node)
@@ -64,6 +66,7 @@ class Context:
         self._stores: LRU[str, PageStore] = LRU(self.open_stores, on_evict=lambda _url, s: s.close())
         self._warcs: LRU[str, WarcFiles] = LRU(self.open_stores, on_evict=lambda _dir, w: w.close())
         self._spiders: LRU[str, Spider | SpiderUnavailable] = LRU(self.job_cache_size)
+        self.variants = QueryVariants(self.redis)
 
     @classmethod
     def default(cls, redis: Redis, settings: Settings | None = None, fetcher: Fetcher | None = None) -> Context:
@@ -72,8 +75,8 @@ class Context:
         s = settings or Settings.from_env()
         return cls(redis, frontier=Frontier(redis), politeness=Politeness(redis, s),
                    cache=SeenCache(s.local_cache_size or 1), near_dups=NearDuplicates(redis), fetcher=fetcher,
-                   store_root=s.store_root, store_hosts=tuple(s.store_hosts), job_cache_size=s.job_cache_size,
-                   open_stores=s.open_stores)
+                   store_root=s.store_root, store_hosts=tuple(s.store_hosts), spider_paths=tuple(s.spider_paths),
+                   job_cache_size=s.job_cache_size, open_stores=s.open_stores)
 
     def bodies(self, keys: list[str]) -> list[bytes | None]:
         """The fetched bodies under ``keys`` (None for one expired or lost)."""
@@ -96,7 +99,7 @@ class Context:
         got = self._spiders.get(job.id)
         if got is None:
             try:
-                got = load(s.spider, s.spider_version, s.spider_args)
+                got = load(s.spider, s.spider_version, s.spider_args, self.spider_paths)
             except SpiderUnavailable as exc:
                 got = exc
             self._spiders.put(job.id, got)

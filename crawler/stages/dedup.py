@@ -23,10 +23,11 @@ def dedup_stage(ctx: Context, job: Job, token: str, links: Sequence[LinkGroup]) 
     s = job.settings
     best: dict[str, Entry] = {}
     bad = traps = 0
+    drop = frozenset(p.lower() for p in s.session_params)
     for group in links:
         for url, depth, referrer in group.links():
             try:
-                canon = canonicalize(url, s.max_url_length)
+                canon = canonicalize(url, s.max_url_length, drop)
             except BadURL:
                 bad += 1
                 continue
@@ -38,6 +39,9 @@ def dedup_stage(ctx: Context, job: Job, token: str, links: Sequence[LinkGroup]) 
             prev = best.get(canon)
             if prev is None or depth < prev.depth:
                 best[canon] = Entry(canon, depth, referrer)
+    variants = ctx.variants.over_cap(job.id, [(e.url, e.referrer) for e in best.values()], s.max_query_variants)
+    for url in variants:
+        del best[url]
     # The cache may not answer for depth-limited jobs: a URL seen again by a shorter path must
     # reach the exact set, which keeps shortest depths.
     cache = ctx.cache if s.local_cache_size and not s.max_depth else None
@@ -48,7 +52,7 @@ def dedup_stage(ctx: Context, job: Job, token: str, links: Sequence[LinkGroup]) 
     queued, hits = admit_links(ctx.redis, ctx.frontier, job.id, s, list(best.values()), token=token, cache=cache,
                                seen=ctx.seen_set(job), cache_space=space)
     jobs.count(ctx.redis, job.id, bad_url=bad, dropped_trap=traps, cache_lookups=len(best) if cache else 0,
-               cache_hits=hits)
+               cache_hits=hits, **{"dropped_trap:query_variants": len(variants)})
     if queued.spilled:
         flush_spill(ctx, job)
     return queued

@@ -56,6 +56,7 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
     bodies, failed_bodies = fetched[:len(want)], fetched[len(want):]
     batches: dict[int, list[LinkGroup]] = defaultdict(list)
     bad = fragment = not_http = out_of_scope = near = capped = dropped = query_traps = 0
+    drop = frozenset(p.lower() for p in s.session_params)
     nofollow_links = denied = noise_block = noise_pattern = 0
     # page URL -> the outlinks to follow, when noise_links=skip (outlinks themselves stay complete)
     unnoisy: dict[str, set[str]] = {}
@@ -88,7 +89,7 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
         outlinks: list[str] = []
         for link in links:
             try:
-                outlinks.append(canonicalize(link, s.max_url_length))
+                outlinks.append(canonicalize(link, s.max_url_length, drop))
             except BadURL:
                 bad += 1
         bad += parsed.bad_links
@@ -116,7 +117,7 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
         outlinks = []
         for link in got.links:
             try:
-                outlinks.append(canonicalize(link, s.max_url_length))
+                outlinks.append(canonicalize(link, s.max_url_length, drop))
             except BadURL:
                 bad += 1
         annotated[page.url] = dataclasses.replace(page, outlinks=tuple(outlinks), items=tuple(got.items),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import random
+import secrets
+import uuid
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -139,7 +141,8 @@ def test_the_host_budget_is_on_by_default(r: redis.Redis, tmp_path: Path) -> Non
 
 class _SessionTrap(BaseHTTPRequestHandler):
     """``/`` links to a session page; every session page is the same article under its id and
-    links to three pages with new ids."""
+    links to three pages with new ids. The id's name is on no list of session parameters (those
+    are stripped from URLs): the near-duplicate rule has to find this trap."""
 
     protocol_version = "HTTP/1.1"
     served: list[str] = []
@@ -150,10 +153,10 @@ class _SessionTrap(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         parts = urlsplit(self.path)
         if parts.path == "/":
-            body = hw.html("trap", [f"/session?sid={random.getrandbits(48)}"])
+            body = hw.html("trap", [f"/session?visit={random.getrandbits(48)}"])
         elif parts.path == "/session":
-            sid = parse_qs(parts.query).get("sid", ["?"])[0]
-            body = hw.html("Your session", [f"/session?sid={random.getrandbits(48)}" for _ in range(3)],
+            sid = parse_qs(parts.query).get("visit", ["?"])[0]
+            body = hw.html("Your session", [f"/session?visit={random.getrandbits(48)}" for _ in range(3)],
                            f"<p>session {sid}</p><p>{ARTICLE}</p>")
         else:
             hw.body(b"not here", 404)(self)
@@ -179,3 +182,57 @@ def test_a_default_crawl_stays_out_of_a_session_id_trap(make_web: Callable[..., 
     c = outcome.status["counters"]
     assert c["dropped_trap:near_duplicate_query"] >= 1
     print(f"trap pages {len(trapped)}, normal pages {len(normal.reachable_urls())}, counters {c}")
+
+
+ITEMS = [str(uuid.UUID(int=random.Random(7).getrandbits(128) + i)) for i in range(150)]
+
+
+class _SmallTraps(BaseHTTPRequestHandler):
+    """Tiny pages, too small for the near-duplicate rule: ``/session?sid=<new id>`` twice on every
+    session page (a numbered session, as servers that count sessions make), ``/cart?state=<new
+    token>`` twice on every cart page (a name no list knows), and a catalogue whose items are
+    named by opaque ids and link to each other, which no trap rule may cut."""
+
+    protocol_version = "HTTP/1.1"
+    served: list[str] = []
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        parts = urlsplit(self.path)
+        related = random.Random(parts.query)
+        pages = {
+            "/": lambda: [f"/session?sid={random.getrandbits(48)}", "/cart?state=" + secrets.token_urlsafe(16), "/list"],
+            "/session": lambda: [f"/session?sid={random.getrandbits(48)}" for _ in range(2)],
+            "/cart": lambda: ["/cart?state=" + secrets.token_urlsafe(16) for _ in range(2)],
+            "/list": lambda: [f"/item?id={i}" for i in ITEMS],
+            "/item": lambda: [f"/item?id={related.choice(ITEMS)}" for _ in range(3)],
+        }
+        if parts.path not in pages:
+            hw.body(b"not here", 404)(self)
+            return
+        self.served.append(self.path)
+        hw.body(hw.html("page", pages[parts.path]()))(self)
+
+
+def test_session_ids_and_token_variants_on_tiny_pages_are_capped(make_web: Callable[..., TestWeb],
+                                                                   tmp_path: Path) -> None:
+    site = ThreadingHTTPServer(("127.0.2.8", 0), _SmallTraps)
+    threading.Thread(target=site.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+    root = f"http://127.0.2.8:{site.server_address[1]}/"
+    try:
+        outcome = crawl(Settings.from_env(max_pages=3000), [root], str(tmp_path / "out"))
+    finally:
+        site.shutdown()
+        site.server_close()
+    stored = {u for (u,) in sqlite3.connect(tmp_path / "out" / "crawl.db").execute("SELECT url FROM pages")}
+    sessions = [u for u in stored if "/session" in u]
+    carts = [u for u in stored if "/cart" in u]
+    c = outcome.status["counters"]
+    print(f"stored {len(stored)}: sessions {len(sessions)}, carts {len(carts)}; counters {c}")
+    assert sessions == [root + "session"]  # every id stripped: one page
+    cap = Settings().max_query_variants
+    assert len(carts) <= cap + 1 and len(sessions) + len(carts) <= 200
+    assert c["dropped_trap:query_variants"] >= 1
+    assert {f"{root}item?id={i}" for i in ITEMS} <= stored  # items by opaque id, all found

@@ -1,7 +1,11 @@
+import base64
+import random
+import re
+
 import pytest
 
 from crawler.errors import BadURL
-from crawler.urls import canonicalize, domain_of, in_scope, query_variant, registered_domain
+from crawler.urls import canonicalize, domain_of, in_scope, is_token, query_variant, registered_domain, token_shape
 
 
 @pytest.mark.parametrize("raw, canon", [
@@ -76,7 +80,6 @@ def test_ip_literals_other_than_plain_ipv6_are_bad_url(raw: str, why: str | None
 
 def test_no_canonical_url_holds_whitespace_or_control_characters() -> None:
     import random
-    import re
 
     rng = random.Random(13)
     pieces = [chr(c) for c in range(0xA1)] + ["\u2028", "\u3000", "\ufeff", "é", "[", "]", "%25", "v1."]
@@ -102,3 +105,40 @@ def test_query_variants_share_scheme_host_and_path() -> None:
     assert not query_variant("https://e.com/s?sid=1", "http://e.com/s?sid=2")
     assert not query_variant("http://f.com/s?sid=1", "http://e.com/s?sid=2")
     assert not query_variant("http://e.com/s/?sid=1", "http://e.com/s?sid=2")
+
+
+def test_session_ids_are_stripped_as_heritrix_and_nutch_strip_them() -> None:
+    assert canonicalize("http://e.com/p;jsessionid=0A1B2C3D4E5F?x=1") == "http://e.com/p?x=1"
+    assert canonicalize("http://e.com/a;JSESSIONID=0A1B2C/b") == "http://e.com/a/b"
+    assert canonicalize("http://e.com/s?PHPSESSID=ab12&page=2") == "http://e.com/s?page=2"
+    assert canonicalize("http://e.com/s?ASPSESSIONIDQSTRCBAD=XYZ&a=b") == "http://e.com/s?a=b"
+    assert canonicalize("http://e.com/s?CFID=12&CFTOKEN=3456") == "http://e.com/s"
+    assert canonicalize("http://e.com/s?sessionid=1&zenid=2&osCsid=3") == "http://e.com/s"
+    # ``sid`` is also a story or site id: stripped only when it looks like a session's.
+    assert canonicalize("http://e.com/s?sid=8f3a9c12e4b07d6a") == "http://e.com/s"
+    assert canonicalize("http://e.com/s?sid=281474976710655") == "http://e.com/s"
+    assert canonicalize("http://e.com/story?sid=42") == "http://e.com/story?sid=42"
+    assert canonicalize("http://e.com/story?sid=06/01/01/123") == "http://e.com/story?sid=06%2F01%2F01%2F123"
+    # Not a session parameter, only named like one.
+    assert canonicalize("http://e.com/s?aspsessionid_x=1") == "http://e.com/s?aspsessionid_x=1"
+
+
+def test_a_jobs_own_parameters_are_stripped_too() -> None:
+    drop = frozenset({"visit", "ts"})
+    assert canonicalize("http://e.com/s?visit=9&q=a&TS=1", drop=drop) == "http://e.com/s?q=a"
+    assert canonicalize("http://e.com/s?visit=9&q=a") == "http://e.com/s?q=a&visit=9"  # the cache kept both apart
+
+
+def test_tokens_are_told_from_words_slugs_and_numbers() -> None:
+    for token in ("8f3a9c12e4b07d6a5f3e2c1b0a9d8e7f", "550e8400-e29b-41d4-a716-446655440000",
+                  "aGVsbG8gd29ybGQgMTIzNDU2Nzg5", "Zk3p-9QxL2mN7rT4"):
+        assert is_token(token), token
+    rng = random.Random(5)
+    urlsafe = [base64.urlsafe_b64encode(rng.randbytes(16)).rstrip(b"=").decode() for _ in range(2000)]
+    assert sum(map(is_token, urlsafe)) >= 1990  # secrets.token_urlsafe(16)'s shape
+    for word in ("python-3-tutorial", "introduction-to-python-3", "1234567890123456789", "dQw4w9WgXcQ",
+                 "everything-about-the-2024-olympics", "a1b2", "IntroductionToPythonProgramming"):
+        assert not is_token(word), word
+    assert token_shape("http://e.com/s?a=1&t=8f3a9c12e4b07d6a5f3e2c1b0a9d8e7f") == "http://e.com/s?a=1&t=*"
+    assert token_shape("http://e.com/item?id=12") is None
+    assert token_shape("http://e.com/item") is None

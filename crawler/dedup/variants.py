@@ -1,0 +1,68 @@
+"""The cap on query-string variants: the trap a session id or nonce in links sets.
+
+A page that links to itself under a fresh token (``/s?state=8f3a...``) makes a new URL on every
+visit, and tiny pages never trip the near-duplicate rule. Such links are grouped by their host,
+path and query with the token values blanked (``urls.token_shape``); only links found on a page
+that itself carries a token on the same host count against the group (list pages linking to
+items by opaque id are not the trap: their items stay uncapped). Each group admits ``cap``
+distinct URLs, remembered by digest, so a batch delivered twice gets the same answer; a link
+refused here is not marked seen and may still be admitted from a page without a token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+from redis import Redis
+
+from crawler import keys
+from crawler.urls import host_key, token_shape
+
+# KEYS: one set per link (its group); ARGV[1]: the cap, then the link's digest per key.
+# Returns 1 (admit) or 0 (over the cap) per link.
+_ADMIT = """
+local cap, out = tonumber(ARGV[1]), {}
+for i = 1, #KEYS do
+  local k, m = KEYS[i], ARGV[i + 1]
+  if redis.call('SISMEMBER', k, m) == 1 then
+    out[i] = 1
+  elseif redis.call('SCARD', k) < cap then
+    redis.call('SADD', k, m)
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+"""
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def trap_candidates(links: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(url, shape) of the (url, referrer) pairs that count against a group: the URL has token
+    values and so does its referrer, on the same host."""
+    out = []
+    for url, referrer in links:
+        shape = token_shape(url)
+        if shape is None or not referrer or token_shape(referrer) is None or host_key(referrer) != host_key(url):
+            continue
+        out.append((url, shape))
+    return out
+
+
+class QueryVariants:
+    def __init__(self, redis: Redis) -> None:
+        self._script = redis.register_script(_ADMIT)
+
+    def over_cap(self, job: str, links: Iterable[tuple[str, str]], cap: int) -> set[str]:
+        """The URLs of ``links`` ((url, referrer) pairs, canonical) refused by the cap."""
+        found = trap_candidates(links)
+        if not found or cap <= 0:
+            return set()
+        got = self._script(keys=[keys.query_variants(job, _digest(shape)) for _, shape in found],
+                           args=[cap, *(_digest(url) for url, _ in found)])
+        return {url for (url, _), ok in zip(found, got, strict=True) if not int(ok)}
