@@ -151,6 +151,8 @@ class ProgressLine:
         busy = c.get("inflight", 0) + c.get("held", 0)  # fetching, or fetched and not yet stored
         text = f"{done} pages  {rate:6.1f} pages/s  {c.get('open', 0) - busy} queued  " \
                f"{busy} in flight  {errors} errors"
+        if st.get("robots_wait"):
+            text += f"  {len(st['robots_wait'])} hosts waiting on robots.txt"
         if self.tty:
             sys.stderr.write("\r\033[K" + text)
             sys.stderr.flush()
@@ -238,6 +240,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"  queued: {st['queued_in_redis']} in Redis, {st['queued_in_store']} in the store")
     for line in takeover.describe(shard_states, heard_any=bool(nodes.nodes(client))):
         print(f"  {line}")
+    for w in st.get("robots_wait", []):
+        print(f"  waiting on robots.txt: {w['host']} ({w['reason']}) until "
+              f"{time.strftime('%H:%M:%S', time.localtime(w['until']))} (in {w['until'] - time.time():.0f}s)")
     if st.get("store_error"):
         e = st["store_error"]
         print(f"  store error, retrying for {time.time() - e['since']:.0f}s ({e['retries']} retries, last by "

@@ -121,7 +121,8 @@ def status(redis: Redis, job_id: str) -> dict[str, Any]:
     pipe.hgetall(keys.meta(job_id))
     pipe.hgetall(keys.counters(job_id))
     pipe.exists(keys.store_error(job_id))
-    meta, cnt, store_down = pipe.execute()
+    pipe.hgetall(keys.robots_wait(job_id))
+    meta, cnt, store_down, robots_wait = pipe.execute()
     if not meta:
         raise JobNotFound(f"no such job: {job_id}")
     out: dict[str, Any] = {k.decode(): v.decode() for k, v in meta.items()}
@@ -135,7 +136,25 @@ def status(redis: Redis, job_id: str) -> dict[str, Any]:
     out["queued_in_store"] = c.get("spilled", 0) - c.get("refilled", 0)
     if store_down:
         out["store_error"] = storeretry.current(redis, job_id)
+    out["robots_wait"] = waiting_on_robots(robots_wait)
     return out
+
+
+def note_robots_wait(redis: Redis | Any, job_id: str, host: str, until: float, why: str) -> None:
+    """Record that ``host``'s URLs wait until ``until`` to ask for its robots.txt again, because
+    of ``why`` (a reason code or status); ``redis`` may be a pipeline."""
+    redis.hset(keys.robots_wait(job_id), host, f"{until:.0f} {why}")
+
+
+def waiting_on_robots(raw: dict[bytes, bytes], now: float | None = None) -> list[dict[str, Any]]:
+    """The hosts still waiting (``until`` in the future), soonest first, from the record."""
+    now = time.time() if now is None else now
+    out = []
+    for host, value in raw.items():
+        until, _, why = value.decode().partition(" ")
+        if float(until) > now:
+            out.append({"host": host.decode(), "until": float(until), "reason": why})
+    return sorted(out, key=lambda w: (w["until"], w["host"]))
 
 
 def hosts(redis: Redis, job_id: str) -> list[dict[str, Any]]:

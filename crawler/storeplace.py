@@ -36,6 +36,16 @@ def place_dir(path: str, root: str) -> str:
     return _under(path, root) if root else path
 
 
+def default_warc_dir(store_url: str) -> str:
+    """Where a job keeps its WARC files when it names no directory: ``warc/`` beside an SQLite
+    store (relative if the store's path is); "" for a store with no directory of its own."""
+    scheme, sep, rest = store_url.partition("://")
+    if scheme != "sqlite" or not sep:
+        return ""
+    path = rest[1:] if rest.startswith("/") else rest
+    return os.path.join(os.path.dirname(path), "warc")
+
+
 def _pg_hosts(url: str) -> list[str]:
     parts = urlsplit(url)
     hosts = []

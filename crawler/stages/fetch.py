@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from crawler import jobs, nodes
+from crawler import errors, jobs, nodes
 from crawler.fetch import FetchConfig
 from crawler.fetch.client import FetchResult, runtime
 from crawler.fetch.robots import origin_of
@@ -100,6 +100,10 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
         if wait is not None:
             done.append(Fetched(e.url, token, now + wait, r.ip))
             jobs.count(pipe, job.id, **{f"retry:{r.error}": 1})
+            if r.error == errors.RobotsUnavailable.reason and robots is not None:
+                # Nothing else says why the crawl sits still for robots_retry (5 minutes).
+                why = robots.error or (f"HTTP {robots.status}" if robots.status else "no answer")
+                jobs.note_robots_wait(pipe, job.id, host_key(e.url), now + wait, why)
             continue
         done.append(Fetched(e.url, token, 0.0, r.ip))
         body_key = ""

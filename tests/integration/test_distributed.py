@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from warcio.archiveiterator import ArchiveIterator
 
 from crawler.redis_server import RedisServer
 from crawler.store import open_store
@@ -75,6 +76,13 @@ def test_separate_workers_finish_the_tail_without_stalls(server: str, tmp_path: 
                 rows = [p["url"] for p in open_store(store_url).pages(job_id)]
                 assert len(rows) == len(set(rows))
                 assert set(rows) == web.reachable_urls()
+                # warc is on by default, and a submitted job keeps it beside its SQLite store.
+                archived = set()
+                for path in (tmp_path / "warc").glob("*.warc.gz"):
+                    with path.open("rb") as f:
+                        archived |= {rec.rec_headers.get_header("WARC-Target-URI")
+                                     for rec in ArchiveIterator(f) if rec.rec_type == "response"}
+                assert archived == set(rows)
                 # Idle now: the dispatchers sleep on their wake lists, longer than redis-py's
                 # default 5 s socket timeout would allow. Nothing may read that as Redis down.
                 time.sleep(7)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -185,3 +187,27 @@ def test_deadlinks_lists_404s_and_who_links_to_them(make_web: Callable[..., Test
     assert all(rows[u]["status"] == 404 for u in got)
     fetched = [web.url(h.site, h.path) for h in web.hits()]
     assert all(fetched.count(u) == 1 for u in got)  # 404 is never retried
+
+
+def test_status_names_the_hosts_waiting_on_robots_txt(make_web: Callable[..., TestWeb], workers: Workers,
+                                                      r: redis.Redis, tmp_path: Path) -> None:
+    web = make_web(1, 3)
+    with socket.socket() as s:  # a port nothing listens on: robots.txt gets no answer
+        s.bind(("127.0.2.9", 0))
+        dead = f"127.0.2.9:{s.getsockname()[1]}"
+    workers.start("w", ALL)
+    job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{tmp_path / 'c.db'}"),
+                         [*web.seeds(), f"http://{dead}/"])
+    deadline = time.monotonic() + 30
+    while not (st := jobs.status(r, job_id))["robots_wait"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    try:
+        [wait] = st["robots_wait"]
+        assert wait["host"] == dead and wait["reason"] == "connect"
+        assert 250 < wait["until"] - time.time() <= Settings().robots_retry * 1.5
+        shown = cli("status", job_id)
+        assert shown.returncode == 0, shown.stderr
+        assert f"waiting on robots.txt: {dead} (connect) until " in shown.stdout, shown.stdout
+        assert json.loads(cli("status", job_id, "--json").stdout)["robots_wait"][0]["host"] == dead
+    finally:
+        jobs.stop(r, job_id)
