@@ -8,8 +8,10 @@ measured with py-spy). The broker is the crawler's Redis (``crawler.celeryapp.co
 are plain lists named as the queue on the default exchange, and workers read these messages
 as any other.
 
-What differs from ``apply_async``: ``parent_id`` is not set (each message is a root, as if sent
-from outside a task), and no ``task-sent`` event is ever sent (the app turns them off anyway).
+A message sent from inside a task names it as ``parent_id`` and carries on its ``root_id``, as
+``apply_async`` does, so Flower links one page's chain: fetch (the root, sent by a dispatcher)
+-> parse -> dedup and store. What differs from ``apply_async``: no ``task-sent`` event is ever
+sent (the app turns them off anyway).
 """
 
 from __future__ import annotations
@@ -54,8 +56,10 @@ class Publisher:
         return self._origin
 
     def message(self, task: str, queue: str, args: Sequence[Any], kwargs: dict[str, Any] | None = None,
-                argsrepr: str = "") -> Message:
+                argsrepr: str = "", parent: tuple[str, str] | None = None) -> Message:
+        """``parent``: (id, root id) of the task sending it; None for a root."""
         task_id = str(uuid.uuid4())
+        parent_id, root_id = parent if parent is not None else (None, task_id)
         body = json.dumps([list(args), kwargs or {}, _EMBED]).encode()
         envelope = {
             "body": base64.b64encode(body).decode("ascii"),
@@ -64,7 +68,7 @@ class Publisher:
             "headers": {
                 "lang": "py", "task": task, "id": task_id, "shadow": None, "eta": None, "expires": None,
                 "group": None, "group_index": None, "retries": 0, "timelimit": self.timelimit,
-                "root_id": task_id, "parent_id": None, "argsrepr": argsrepr or repr(tuple(args)),
+                "root_id": root_id, "parent_id": parent_id, "argsrepr": argsrepr or repr(tuple(args)),
                 "kwargsrepr": repr(kwargs or {}), "origin": self.origin, "ignore_result": True,
                 "replaced_task_nesting": 0, "stamped_headers": None, "stamps": {},
             },

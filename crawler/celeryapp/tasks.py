@@ -108,9 +108,15 @@ def broker() -> Any:
     return _broker
 
 
-def _message(task: Task[Any, Any], queue: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Message:
+def _message(task: Task[Any, Any], queue: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None,
+             sender: Task[Any, Any] | None = None) -> Message:
+    """A message for ``task``; ``sender``: the task sending it (its child in Flower), if any."""
     # argsrepr: what logs and Flower show of the message, not every page in it.
-    return _publisher.message(task.name, queue, args, kwargs, argsrepr=f"({args[0]!r}, {len(args[-1])} items)")
+    parent = None
+    if sender is not None and sender.request.id:
+        parent = (sender.request.id, sender.request.root_id or sender.request.id)
+    return _publisher.message(task.name, queue, args, kwargs, argsrepr=f"({args[0]!r}, {len(args[-1])} items)",
+                              parent=parent)
 
 
 def _publish(*messages: Message) -> None:
@@ -156,9 +162,9 @@ def fetch_task(self: Task[Any, Any], job_id: str, shard: int, token: str, entrie
     rest = [p for p in pages if not stages.render_wanted(p)]
     out = []
     if to_render:
-        out.append(_message(render_task, RENDER_QUEUE, (job_id, shard, token, pages_to_json(to_render))))
+        out.append(_message(render_task, RENDER_QUEUE, (job_id, shard, token, pages_to_json(to_render)), sender=self))
     if rest:
-        out.append(_message(parse_task, SHARED_QUEUE, (job_id, shard, token, pages_to_json(rest))))
+        out.append(_message(parse_task, SHARED_QUEUE, (job_id, shard, token, pages_to_json(rest)), sender=self))
     _publish(*out)
 
 
@@ -171,7 +177,7 @@ def render_task(self: Task[Any, Any], job_id: str, shard: int, token: str, pages
     ctx, job, fetched = got
     rendered = stages.render_stage(ctx, job, token, fetched)
     _publish(_message(parse_task, SHARED_QUEUE, (job_id, shard, token, pages_to_json(rendered)),
-                      {"links_as": stages.RENDERED}))
+                      {"links_as": stages.RENDERED}, sender=self))
 
 
 @app.task(name="crawler.parse", base=CrawlTask, bind=True)
@@ -190,10 +196,10 @@ def parse_task(self: Task[Any, Any], job_id: str, shard: int, token: str, pages:
     # redelivered parse sends the same tokens); the dedup task may run anywhere, and admission
     # places each host on the shard serving it now.
     out = [_message(dedup_task, queue_name(routed(ctx, job, target)),
-                    (job_id, stages.link_token(token + links_as, target), groups_to_json(links)))
+                    (job_id, stages.link_token(token + links_as, target), groups_to_json(links)), sender=self)
            for target, links in batches.items()]
     if parsed:
-        out.append(_message(store_task, SHARED_QUEUE, (job_id, shard, token, pages_to_json(parsed))))
+        out.append(_message(store_task, SHARED_QUEUE, (job_id, shard, token, pages_to_json(parsed)), sender=self))
     _publish(*out)
 
 

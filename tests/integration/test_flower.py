@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import redis
@@ -41,9 +42,23 @@ def test_flower_lists_crawl_tasks(make_web: Callable[..., TestWeb], workers: Wor
             wait_done(r, jobs.submit(r, Settings.from_env(store=f"sqlite:///{tmp_path}/c.db"), web.seeds()))
             names: set[str] = set()
             while time.monotonic() < deadline and not {"crawler.fetch", "crawler.store"} <= names:
-                names = {t["name"] for t in client.get("/api/tasks").json().values()}
+                tasks = client.get("/api/tasks").json()
+                names = {t["name"] for t in tasks.values()}
                 time.sleep(0.3)
         assert {"crawler.fetch", "crawler.parse", "crawler.dedup", "crawler.store"} <= names
+        # Each page's chain, as Flower links it: the fetch is the root, parse its child, dedup
+        # and store the parse's children, all under the fetch's root id.
+        by_name: dict[str, list[dict[str, Any]]] = {}
+        for t in tasks.values():
+            by_name.setdefault(t["name"], []).append(t)
+        for fetch in by_name["crawler.fetch"]:
+            assert fetch["parent_id"] is None and fetch["root_id"] == fetch["uuid"]
+        for parse in by_name["crawler.parse"]:
+            parent = tasks[parse["parent_id"]]
+            assert parent["name"] == "crawler.fetch" and parse["root_id"] == parent["uuid"]
+        for child in by_name["crawler.dedup"] + by_name["crawler.store"]:
+            parent = tasks[child["parent_id"]]
+            assert parent["name"] == "crawler.parse" and child["root_id"] == parent["root_id"]
     finally:
         flower.terminate()
         flower.wait(10)
