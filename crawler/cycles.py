@@ -21,7 +21,7 @@ from crawler.dedup.neardup import NearDuplicates
 from crawler.frontier import Entry, Frontier
 from crawler.jobs import Job
 from crawler.schedule import next_cycle
-from crawler.store import PageStore
+from crawler.store import PageRows, PageStore
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def _forget_seen(redis: Redis, job: Job) -> None:
     frontier.reset_admitted(job.id)
 
 
-def _queue_revisits(redis: Redis, job: Job, store: PageStore, now: float) -> tuple[int, int]:
+def _queue_revisits(redis: Redis, job: Job, store: PageRows, now: float) -> tuple[int, int]:
     """Queue the seeds and the stored pages due for a visit; mark the pages not due as seen, so
     links to them are skipped this cycle. Idempotent: a repeated start queues nothing twice."""
     s = job.settings

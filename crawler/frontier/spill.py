@@ -21,13 +21,13 @@ from __future__ import annotations
 from crawler.frontier import liveshards
 from crawler.frontier.core import Frontier
 from crawler.sharding import shard_of_host
-from crawler.store import PageStore
+from crawler.store import SpilledFrontier
 
 LOW_WATER = 0.5  # a host's queue is refilled to its cap once it is down to half of it
 FLUSH_CHUNK = 5000
 
 
-def flush(frontier: Frontier, store: PageStore, job_id: str) -> int:
+def flush(frontier: Frontier, store: SpilledFrontier, job_id: str) -> int:
     """Write every staged URL of the job to the store; returns how many."""
     total = 0
     while True:
@@ -41,7 +41,7 @@ def flush(frontier: Frontier, store: PageStore, job_id: str) -> int:
             return total
 
 
-def refill(frontier: Frontier, store: PageStore, job_id: str, cap: int, shards: int) -> int:
+def refill(frontier: Frontier, store: SpilledFrontier, job_id: str, cap: int, shards: int) -> int:
     """Bring URLs back from the store into the queues of hosts at or below the low-water mark;
     returns how many."""
     low = int(cap * LOW_WATER)
@@ -57,7 +57,7 @@ def refill(frontier: Frontier, store: PageStore, job_id: str, cap: int, shards: 
     return moved
 
 
-def maintain(frontier: Frontier, store: PageStore, job_id: str, cap: int, shards: int) -> tuple[int, int]:
+def maintain(frontier: Frontier, store: SpilledFrontier, job_id: str, cap: int, shards: int) -> tuple[int, int]:
     """The refill task's work: write what admissions left staged, then refill low hosts.
     Returns (URLs written to the store, URLs brought back)."""
     written = flush(frontier, store, job_id)

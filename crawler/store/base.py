@@ -112,7 +112,9 @@ class JobDefinition:
 BeforeCommit = Callable[[list[PageRecord]], None]
 
 
-class PageStore(Protocol):
+class PageRows(Protocol):
+    """Pages, their main texts and items: what the store stage writes and exports read."""
+
     def put(self, records: Sequence[PageRecord], before_commit: BeforeCommit | None = None) -> list[PageRecord]:
         """Upsert pages by canonical URL. A record whose ``fetch_id`` is already stored for its
         URL is skipped, so a redelivered batch writes nothing twice. The ``content`` of each
@@ -148,6 +150,10 @@ class PageStore(Protocol):
         """(url, status, pages of the job that link to it) for every 404 and 410."""
         ...
 
+
+class JobRecords(Protocol):
+    """Job definitions, so a job can be rebuilt on an empty Redis (``crawler.recover``)."""
+
     def save_job(self, job: JobDefinition) -> None:
         """Record a job's definition. Idempotent: saving an id that is recorded changes nothing."""
         ...
@@ -156,8 +162,10 @@ class PageStore(Protocol):
         """The recorded definition of a job, or None."""
         ...
 
-    # The frontier table: URLs over their host's Redis queue cap wait here, in the order the
-    # host's sequence numbers give, until the host's queue runs low (crawler.frontier.spill).
+
+class SpilledFrontier(Protocol):
+    """The frontier table: URLs over their host's Redis queue cap wait here, in the order the
+    host's sequence numbers give, until the host's queue runs low (``crawler.frontier.spill``)."""
 
     def spill_put(self, job_id: str, rows: Sequence[tuple[str, int, str]]) -> None:
         """Add (host, seq, entry) rows; a (job, host, seq) already there is left as it is, so a
@@ -175,6 +183,10 @@ class PageStore(Protocol):
     def spill_clear(self, job_id: str) -> int:
         """Delete every row of the job (its frontier is being rebuilt). Returns how many."""
         ...
+
+
+class PageStore(PageRows, JobRecords, SpilledFrontier, Protocol):
+    """A store serves all three; a backend is opened by URL (``open_store``)."""
 
     def close(self) -> None: ...
 
