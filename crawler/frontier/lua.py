@@ -1,32 +1,9 @@
 """Lua scripts of the frontier. Each runs atomically in Redis, so a URL is admitted once,
 leased once, and returned exactly once, whatever number of workers run them at the same time.
 
-Conventions: KEYS[] are the job's records whose names are known up front, the same for every
-script (``job_keys``; ``_bind`` binds them to ``KMETA``, ``KLEASE`` ...). Keys named after
-data the script reads (a host's queue ``q:<host>``, a shard's ready set ``ready:<shard>``, an
-address wait ``ipwait:<ipkey>``, a cycle ``cyc:<n>``, a link batch's parts ``pendc:<token>``, a
-shard's wake list ``c:wake:<shard>``) cannot be declared in advance: they are built from ARGV[1],
-the job's key prefix (``c:{job}:``), which is why the job's keys share one hash tag. ARGV[2] is
-the job id. An entry is ``"depth attempts n url referrer"`` (``crawler.frontier.entry``: the URL
-is its ``n`` bytes, read by ``entry_url``), always the last field of the records that hold one.
-A lease is the hash field ``lease[url] = "token stage shard host ipkey entry"``
-(``records.Lease``), stage ``f`` while fetching and ``d`` once fetched; ``lexp`` holds its expiry.
-``ipkey`` is the host's address once a fetch has learnt it (``ip[host]``), else ``h:<host>``:
-hosts on one address share ``ipinf[ipkey]``, and a host waiting
-for its address's budget sits in ``ipwait:<ipkey>`` until a slot frees.
-
-A host is in its shard's ``ready`` zset while it has queued URLs, scored by when it may next be
-fetched, or PARKED while a budget is spent; ``next[host]`` is the earliest it may be fetched
-again. ``retry`` holds entries waiting out a backoff, scored by when they are due.
-``seen[url]`` is the shortest depth the URL was found at (``x<depth>`` once stored, ``b`` if the
-page budget dropped it, ``s`` if a periodic job's cycle skips it as not due for a revisit), so
-``max_depth`` holds exactly even when a URL is first found by a longer path. ``cnt.open`` counts
-URLs admitted and not yet stored; ``pend`` holds the tokens of link batches on their way to
-dedup, scored by when to send them again (``pendb`` keeps their links). A job is done when both
-are empty (a periodic job then waits for its next cycle). ``cnt.inflight`` counts leases in stage
-``f`` (requests under way) and ``cnt.held`` those in stage ``d`` (fetched, waiting for parse and
-store); both count against the job's concurrency, so a store that is down or slow stops dispatch
-instead of piling up fetched pages whose leases run out.
+The conventions of the scripts and the records they keep (entries, leases, ready sets, the seen
+hash, pending link batches, the counters a job ends by) are on the architecture page of the
+manual, ``docs/architecture.md#the-frontiers-records-in-redis``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ import pytest
 
 from crawler.settings import SettingError, Settings, parse_text, settings_table
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def test_defaults_env_then_overrides() -> None:
@@ -36,14 +36,14 @@ def test_job_settings_travel_and_process_settings_do_not() -> None:
     assert "redis_url" not in job and "visibility_timeout" not in job
 
 
-def test_readme_table_matches_settings_module() -> None:
-    assert settings_table() in README.read_text(), "regenerate with: crawler settings"
+def test_settings_page_table_matches_settings_module() -> None:
+    assert settings_table() in (DOCS / "settings.md").read_text(), "regenerate with: make settings-table"
 
 
-def test_readme_documents_every_reason_code() -> None:
+def test_reason_codes_page_documents_every_reason_code() -> None:
     from crawler.errors import REASONS
 
-    text = README.read_text()
+    text = (DOCS / "reasons.md").read_text()
     missing = [code for code in REASONS if f"| `{code}` |" not in text]
     assert not missing, missing
 
