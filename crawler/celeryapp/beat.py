@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import uuid
+from pathlib import Path
 from typing import Any
 
 from celery.beat import PersistentScheduler
@@ -26,19 +27,8 @@ from crawler.settings import Settings
 
 log = logging.getLogger(__name__)
 
-# Take the lock if free, renew it if ours. ARGV: our id, ttl in ms.
-_ACQUIRE = """
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-if not holder then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
-end
-return 0
-"""
+# What it takes and returns: scripts/beat_acquire.lua.
+_ACQUIRE = (Path(__file__).resolve().parent / "scripts" / "beat_acquire.lua").read_text()
 
 
 class BeatLock:

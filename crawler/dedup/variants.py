@@ -13,29 +13,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from pathlib import Path
 
 from redis import Redis
 
 from crawler import keys
 from crawler.urls import host_key, token_shape
 
-# KEYS: one set per link (its group); ARGV[1]: the cap, then the link's digest per key.
-# Returns 1 (admit) or 0 (over the cap) per link.
-_ADMIT = """
-local cap, out = tonumber(ARGV[1]), {}
-for i = 1, #KEYS do
-  local k, m = KEYS[i], ARGV[i + 1]
-  if redis.call('SISMEMBER', k, m) == 1 then
-    out[i] = 1
-  elseif redis.call('SCARD', k) < cap then
-    redis.call('SADD', k, m)
-    out[i] = 1
-  else
-    out[i] = 0
-  end
-end
-return out
-"""
+# What it takes and returns: scripts/variants_admit.lua.
+_ADMIT = (Path(__file__).resolve().parent / "scripts" / "variants_admit.lua").read_text()
 
 
 def _digest(text: str) -> str:

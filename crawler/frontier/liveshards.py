@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from redis import Redis
 
@@ -18,14 +19,8 @@ from crawler import keys
 from crawler.redisconn import text
 from crawler.sharding import standby
 
-# KEYS[1]: the record. ARGV: expected epoch, new down map (JSON), now, threshold. Returns 1 if
-# the record was still at the expected epoch and now holds the new map.
-_CAS = """
-local cur = redis.call('HGET', KEYS[1], 'epoch') or '0'
-if cur ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'epoch', tonumber(cur) + 1, 'down', ARGV[2], 'changed_at', ARGV[3], 'after', ARGV[4])
-return 1
-"""
+# What it takes and returns: scripts/liveshards_cas.lua.
+_CAS = (Path(__file__).resolve().parent / "scripts" / "liveshards_cas.lua").read_text()
 
 CACHE_AGE = 2.0  # seconds a process may route with a stale copy; rebalance.GRACE covers it
 

@@ -1,0 +1,16 @@
+-- ARGV: prefix, job, lease_deadline, then (url, token) pairs. Returns 1/0 per pair: whether
+-- this holder still owns the lease and should fetch.
+local res = {}
+for i = 4, #ARGV, 2 do
+  local l = redis.call('HGET', KLEASE, ARGV[i])
+  local ok = 0
+  if l then
+    local t, st = parse_lease(l)
+    if t == ARGV[i + 1] and st == 'f' then
+      redis.call('ZADD', KLEXP, ARGV[3], ARGV[i])
+      ok = 1
+    end
+  end
+  res[#res + 1] = ok
+end
+return res

@@ -1,0 +1,86 @@
+-- ARGV: prefix, job, shard, now, max_urls, per_host, delay, lease_deadline, token, concurrency,
+-- per_ip, batch, min_free, offset. Requests in flight and pages held for parse and store both count against
+-- ``concurrency``. With batch > 0 the k-th URL leased is leased under
+-- ``token.(k // batch)``: each fetch task gets a token of its own. While requests are in flight,
+-- nothing goes until at least min_free slots are free: a finished task frees its slots at once,
+-- and re-dispatching them one small task at a time would keep every later task as small (each
+-- task costs the same Celery overhead whatever its size). Returns {entries and hosts
+-- interleaved, next due time or '', free slots (-1: not running; 0: wait for more to finish)}.
+local shard, now = ARGV[3], tonumber(ARGV[4])
+local max_urls, per_host, delay = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local deadline, token, concurrency = ARGV[8], ARGV[9], tonumber(ARGV[10])
+local per_ip, batch, min_free = tonumber(ARGV[11]), tonumber(ARGV[12] or '0'), tonumber(ARGV[13] or '0')
+local rkey = P .. 'ready:' .. shard
+-- ARGV[14]: URLs already leased under this token by earlier calls (other shards of the same
+-- dispatcher tick), so batch numbers continue across them.
+local leased = tonumber(ARGV[14] or '0')
+local out = {}
+local slots = -1
+if redis.call('HGET', KMETA, 'status') == 'running' then
+  local cnt = KCNT
+  local busy = tonumber(redis.call('HGET', cnt, 'inflight') or '0') + tonumber(redis.call('HGET', cnt, 'held') or '0')
+  slots = math.min(max_urls, concurrency - busy)
+  if busy > 0 and slots < min_free then slots = 0 end
+  local total = 0
+  if slots > 0 then
+    local hosts = redis.call('ZRANGEBYSCORE', rkey, '-inf', now, 'LIMIT', 0, slots)
+    for _, host in ipairs(hosts) do
+      if slots <= 0 then break end
+      local qkey = P .. 'q:' .. host
+      local inf = tonumber(redis.call('HGET', KINF, host) or '0')
+      local ipk = ip_key(host)
+      local ipinf = tonumber(redis.call('HGET', KIPINF, ipk) or '0')
+      local hdelay = host_delay(host, delay)
+      local limit = host_limit(host, per_host)
+      -- per_ip 0: an address takes what one host of it may (its override included).
+      local ip_limit = per_ip
+      if ip_limit <= 0 then ip_limit = limit end
+      local take = math.min(limit - inf, ip_limit - ipinf, slots)
+      -- With a delay, requests to one host start one at a time, ``delay`` apart.
+      if hdelay > 0 and take > 1 then take = 1 end
+      local got = 0
+      while got < take do
+        local e = redis.call('LPOP', qkey)
+        if not e then break end
+        local url = entry_url(e)
+        local best = tonumber(redis.call('HGET', KSEEN, url))
+        if best and best < entry_depth(e) then e = with_depth(e, best) end
+        local t = token
+        if batch > 0 then t = token .. '.' .. math.floor(leased / batch) end
+        leased = leased + 1
+        redis.call('HSET', KLEASE, url, t .. ' f ' .. shard .. ' ' .. host .. ' ' .. ipk .. ' ' .. e)
+        redis.call('ZADD', KLEXP, deadline, url)
+        out[#out + 1] = e
+        out[#out + 1] = host
+        got = got + 1
+      end
+      slots = slots - got
+      total = total + got
+      inf = inf + got
+      if got > 0 then
+        redis.call('HSET', KINF, host, inf)
+        redis.call('HINCRBY', KIPINF, ipk, got)
+        if hdelay > 0 then redis.call('HSET', KNEXT, host, now + hdelay) end
+      end
+      if redis.call('LLEN', qkey) == 0 then
+        redis.call('ZREM', rkey, host)
+      elseif inf >= limit then
+        redis.call('ZADD', rkey, PARKED, host)
+      elseif ipinf + got >= ip_limit then
+        redis.call('ZADD', rkey, PARKED, host)
+        redis.call('SADD', P .. 'ipwait:' .. ipk, shard .. ' ' .. host)
+      else
+        redis.call('ZADD', rkey, now + hdelay, host)
+      end
+    end
+  end
+  if total > 0 then
+    redis.call('HINCRBY', cnt, 'queued', -total)
+    redis.call('HINCRBY', cnt, 'inflight', total)
+    redis.call('HINCRBY', cnt, 'dispatched', total)
+  end
+end
+local first = redis.call('ZRANGE', rkey, 0, 0, 'WITHSCORES')
+local nxt = ''
+if #first > 0 then nxt = first[2] end
+return {out, nxt, slots}
