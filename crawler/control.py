@@ -8,6 +8,7 @@ cannot be used. ``by`` names who asked (a user, ``api:<address>``), for the job'
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -30,6 +31,7 @@ from crawler.render.decide import decisions as render_decisions
 from crawler.settings import SettingError, Settings, parse_text
 from crawler.spiders.loader import prepare
 from crawler.store import PageStore, open_store
+from crawler.storeplace import default_warc_dir
 
 # Settings an operator may change while the job runs. Every worker reads a job's settings again
 # at most ``jobs.load``'s max_age (5 s) after they change, so that is how soon they apply.
@@ -82,13 +84,22 @@ def typed_settings(values: Mapping[str, Any]) -> dict[str, Any]:
 def submit(r: Redis, values: Mapping[str, Any], seeds: list[str], by: str = "") -> tuple[str, list[str]]:
     """Submit a job (settings by name, as text or typed); returns its id and warnings for the
     submitter. Its store must be given and usable from here, as workers will need it."""
-    settings = Settings.from_env(**typed_settings(values))
+    given = typed_settings(values)
+    settings = Settings.from_env(**{k: v for k, v in given.items() if k != "spider_paths"})
+    # Where spider code may come from is this process's own setting, never a submitter's.
+    if "spider_paths" in given and given["spider_paths"] != settings.spider_paths:
+        raise SettingError("setting spider_paths: set by the operator (CRAWLER_SPIDER_PATHS), not per job")
     if not settings.store:
         raise ConfigError("a store URL is required (e.g. sqlite:///data/crawl.db)")
-    settings, seeds = prepare(settings, seeds)
+    settings, seeds = prepare(settings, seeds)  # reads the spider's file, never runs it
     jobs.canonical_seeds(seeds, settings.max_url_length)  # before the store file is created
     open_store(settings.store).close()  # fail here, not in every worker, if the URL is wrong
     warnings = []
+    if settings.warc and not settings.warc_dir:
+        settings = dataclasses.replace(settings, warc_dir=default_warc_dir(settings.store))
+        if not settings.warc_dir:
+            warnings.append("no WARC files are kept: a PostgreSQL store has no directory beside it for them; "
+                            "give --warc-dir DIR (a directory every worker can write), or warc=0")
     if has_password(settings.store):
         warnings.append("the store password is not passed on to workers (the job's settings are readable by "
                         "anyone with access to Redis); give workers PGPASSWORD or a ~/.pgpass entry")

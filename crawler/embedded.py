@@ -26,7 +26,7 @@ from crawler.redisconn import check_version, connect
 from crawler.render.browser import chromium_path
 from crawler.settings import Settings
 from crawler.sharding import RENDER_QUEUE, queue_name
-from crawler.spiders.loader import prepare
+from crawler.spiders.loader import PATHS_ENV, prepare_local
 from crawler.stopsignals import StopRequested, StopSignals
 from crawler.store import open_store
 from crawler.storeplace import StoreNotAllowed, place_dir, place_store
@@ -134,7 +134,9 @@ def crawl(settings: Settings, seeds: list[str], out_dir: str, progress: Progress
     job is stopped, the workers shut down warm, Redis stops, and the Outcome says which signal
     came (``interrupted``, ``signum``). No child outlives it, even if it is killed outright
     (``crawler.lifeline``). Bad settings or seeds raise before anything is created or started."""
-    settings, seeds = prepare(settings.validated(), seeds)
+    # The operator's own spider on their own machine: imported here, its directory listed for
+    # the crawl's own workers (``spider_paths``).
+    settings, seeds = prepare_local(settings.validated(), seeds)
     jobs.canonical_seeds(seeds, settings.max_url_length)
     if settings.render != "never":
         chromium_path(settings.chromium)  # no Chromium: say what to install before starting anything
@@ -162,7 +164,7 @@ def crawl(settings: Settings, seeds: list[str], out_dir: str, progress: Progress
             check_version(client)
             job_id = jobs.submit(client, settings, seeds)
             env = {**os.environ, "CRAWLER_REDIS_URL": settings.redis_url, "CRAWLER_TASK_EVENTS": "0",
-                   PARENT_ENV: str(os.getpid())}
+                   PARENT_ENV: str(os.getpid()), PATHS_ENV: os.pathsep.join(settings.spider_paths)}
             # The job carries its store URL without the password (jobs.submit): these workers
             # are ours, so they get it the way any worker would, from their environment.
             if password_of(settings.store) and settings.store.startswith("postgres"):

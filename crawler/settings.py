@@ -1,7 +1,7 @@
 """One settings object: documented defaults < environment ``CRAWLER_<NAME>`` < CLI flags.
 
-Every field has a default and a one-line doc (the ``doc`` metadata); the README's settings table
-is generated from this module (``crawler settings``) and a test checks they agree.
+Every field has a default and a one-line doc (the ``doc`` metadata); the settings table of
+``docs/settings.md`` is generated from this module (``crawler settings``) and a test checks they agree.
 """
 
 from __future__ import annotations
@@ -73,6 +73,8 @@ class Settings:
     host_queue_cap: int = _s(2_000, "URLs one host's queue holds in Redis at most; the rest wait in the store's frontier table and come back as the queue runs low, so Redis memory grows with hosts, not URLs (0: no cap; a job without a store has none)", job=True)
     max_links_per_page: int = _s(5_000, "Links taken from one page at most (in document order); a page with more is counted `links_capped`, the rest `links_dropped` (0: no limit)", job=True)
     max_repeated_segments: int = _s(3, "URLs repeating one path segment more often are dropped as traps (0: no limit)", job=True)
+    session_params: list[str] = _s([], "Query parameters stripped from every URL, besides the built-in session ids (jsessionid, phpsessid, sessionid, session_id, sessid, aspsessionid, cfid, cftoken, oscsid, zenid; sid when its value is 10+ letters, digits, - or _) and click trackers (utm_*, gclid, fbclid, ...)", job=True)
+    max_query_variants: int = _s(100, "Links with opaque token values in their query (16+ characters mixing letters and digits: session ids, nonces) found on token-bearing pages of the same host: at most this many variants of one path and query shape are admitted, the rest counted `dropped_trap:query_variants` (0: no limit)", job=True)
     canonical_cache_size: int = _s(200_000, "Canonical URLs each worker process remembers, so repeated links skip recomputing (least recently used dropped first)")
     canonical_cache_bytes: int = _s(64_000_000, "Bytes of URLs that cache holds at most")
     robots_cache_size: int = _s(10_000, "Parsed robots.txt files each worker process keeps in front of Redis")
@@ -91,6 +93,7 @@ class Settings:
     spider: str = _s("", "The job's spider: package.module:Class, path/to/file.py:Class, or the name of an installed one (entry-point group crawler.spiders); empty: none", job=True)
     spider_version: str = _s("", "Set by submit: the spider's version; a worker with another version refuses the job", job=True)
     spider_args: list[str] = _s([], "key=value arguments for the spider's constructor (Scrapy's -a); they travel in Redis, so never a secret", job=True)
+    spider_paths: list[str] = _s([], "Submitter and worker: the directories spider files and modules may be loaded from (besides installed entry points), separated by the OS path separator or commas; a job naming a spider elsewhere is refused, never imported (`crawler crawl` adds its own spider's directory for its own workers)")
     auth: list[str] = _s([], "Credentials per host, by secret name, never value: HOST=basic:NAME (the secret holds user:password) or HOST=bearer:NAME; each worker reads NAME from CRAWLER_SECRET_<NAME> or its secrets_file, and sends it to that host only", job=True)
     session_headers: list[str] = _s([], "Default request headers of the job's session, 'Name: value' (not secret: they travel with the job; Authorization and Cookie are refused). In the environment comma-separated (use the flag for a value with a comma)", job=True)
     cookies: bool = _s(False, "Keep the job's cookies (a bounded jar in Redis shared by its workers, never by other jobs); on by itself for a spider that logs in", job=True)
@@ -291,7 +294,9 @@ def parse_text(name: str, raw: str, source: str) -> Any:
             raise _bad(name, f"{source} must be one of 1/0, true/false, yes/no, on/off", raw)
         return value
     if kind is list:
-        return [p.strip() for p in raw.split(",") if p.strip()]
+        # Directories, like PATH: the OS path separator separates them too.
+        separators = f"[,{re.escape(os.pathsep)}]" if name == "spider_paths" else ","
+        return [p.strip() for p in re.split(separators, raw) if p.strip()]
     if kind is str:
         return raw
     try:
@@ -338,7 +343,7 @@ def _check_field(f: dataclasses.Field[Any], value: Any) -> None:
             raise _bad(name, "must be a list", value)
         for item in value:
             # Spider arguments are values a user types, spaces and all; other lists hold tokens.
-            unsafe = _CONTROL if name in ("spider_args", "session_headers") else _ITEM_UNSAFE
+            unsafe = _CONTROL if name in ("spider_args", "session_headers", "spider_paths") else _ITEM_UNSAFE
             if not isinstance(item, str) or not item or unsafe.search(item):
                 raise _bad(name, "items must be non-empty strings without spaces or control characters", item)
 
@@ -370,7 +375,7 @@ _FIELDS = {f.name: f for f in fields(Settings)}
 
 
 def settings_table() -> str:
-    """The README's settings table, generated so the two cannot drift apart."""
+    """The settings table of docs/settings.md, generated so the two cannot drift apart."""
     rows = ["| setting | env | default | meaning |", "|---|---|---|---|"]
     for f in fields(Settings):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]  # a field without a default has a factory (see _s); the checker cannot tie the two

@@ -31,6 +31,16 @@ def _test_networks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CRAWLER_ALLOW_NETWORKS", TEST_NETWORKS)
 
 
+# Where the suite's own spiders live: the only directories its submitters and the workers it
+# starts (they inherit the environment) may load spider files and modules from.
+SPIDER_DIRS = (ROOT / "tests" / "spiders", ROOT / "examples")
+
+
+@pytest.fixture(autouse=True)
+def _test_spider_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRAWLER_SPIDER_PATHS", os.pathsep.join(map(str, SPIDER_DIRS)))
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     from crawler.redis_server import find_redis_server
 

@@ -36,11 +36,12 @@ class Spider:
       ``name``: how ``crawler crawl --spider NAME`` finds it when installed (entry-point group
         ``crawler.spiders``); defaults to the class name.
       ``version``: recorded with the job; a worker whose copy has another version refuses the job
-        instead of crawling with different code. Default: a digest of the spider's source file.
+        instead of crawling with different code. Read from the source, never by running it: a
+        literal string in the class body, else a digest of the spider's source file.
       ``follow_links``: True (default) follows the links the crawler extracts *and* those
         ``parse`` yields; False follows only those ``parse`` yields.
       ``start_urls``, ``allowed_domains``: used when ``crawl``/``submit`` are given no seeds or no
-        ``--allow-domain``, as in Scrapy.
+        ``--allow-domain``, as in Scrapy (``submit`` reads them from the source: literal lists).
       ``login_url``: where the login form lives; a page redirected there means the session ended.
 
     Spider arguments (``--spider-arg key=value``) arrive as keyword arguments of the constructor

@@ -1,35 +1,63 @@
-"""Finding a spider class by what the user typed, and the version a job records.
+"""Finding a spider by what the user typed, whether this process may run it, and the version a
+job records.
 
-``--spider`` accepts ``package.module:Class``, ``path/to/file.py:Class`` (made absolute when the
-job is submitted, so every worker on this machine finds the same file) or the name of an
-installed spider: an entry point in the group ``crawler.spiders``, as a package declares in its
-pyproject (``[project.entry-points."crawler.spiders"] docs = "mypkg.spiders:DocsSpider"``).
+``--spider`` accepts the name of an installed spider (an entry point in the group
+``crawler.spiders``, as a package declares in its pyproject: ``[project.entry-points."crawler.spiders"]
+docs = "mypkg.spiders:DocsSpider"``), ``path/to/file.py:Class`` (made absolute when the job is
+submitted) or ``package.module:Class``.
+
+Spider code comes from two places only, both the operator's: installed entry points, and the
+directories the ``spider_paths`` setting (``CRAWLER_SPIDER_PATHS``) lists. Submitting a job
+(``prepare``: the API, ``crawler submit``) never runs spider code: it finds the file, checks it
+lies under a listed directory (symlinks and ``..`` resolved), reads it with ``ast`` for the class
+and its literal ``version``, ``start_urls`` and ``allowed_domains``, and records the version the
+file gives. A worker (``load``) checks the same, against its own setting, before it imports
+anything. Only ``crawler crawl``, on the operator's own machine, imports the spider it was given
+(``prepare_local``) and lists its directory for the crawl's own workers.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
-import inspect
 import os
 import re
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from crawler.errors import ConfigError
 from crawler.settings import Settings
 from crawler.spiders.base import Spider
 
 GROUP = "crawler.spiders"
+PATHS_ENV = "CRAWLER_SPIDER_PATHS"
 _ARG = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_FACTS = ("version", "start_urls", "allowed_domains")
 
 
 class SpiderUnavailable(ConfigError):
-    """The spider cannot be loaded here (no such module, file, class or entry point; not a
-    Spider; it raised on import or construction; another version). One line naming why."""
+    """The spider cannot be loaded here (no such module, file, class or entry point; not under
+    the directories this process may load spiders from; not a Spider; it raised on import or
+    construction; another version). One line naming why."""
+
+
+@dataclass(frozen=True)
+class Found:
+    """Where a spider is, found without running it."""
+
+    target: str  # what the job records: ``module:Class`` or ``/abs/file.py:Class``
+    name: str  # the class
+    file: Path | None  # the source its version and class are read from (None: an installed module not located)
+    root: Path | None = None  # the listed directory it lies under; None for an installed spider
+    module: str = ""  # the dotted module, for ``module:Class`` targets
 
 
 def installed() -> dict[str, str]:
@@ -37,64 +65,227 @@ def installed() -> dict[str, str]:
     return {ep.name: ep.value for ep in entry_points(group=GROUP)}
 
 
-def target_of(ref: str) -> str:
-    """The ``module:Class`` or ``/abs/file.py:Class`` that ``ref`` names (an entry point's name is
-    looked up, a file path made absolute); SpiderUnavailable if it names nothing installed."""
-    ref = ref.strip()
-    if ":" not in ref:
-        found = installed()
-        if ref not in found:
-            known = ", ".join(sorted(found)) or "none installed"
-            raise SpiderUnavailable(f"no spider named {ref!r} (group {GROUP}: {known}); "
-                                    "or give package.module:Class or path/to/file.py:Class")
-        return found[ref]
-    where, _, name = ref.rpartition(":")
-    if _is_file(where):
-        where = str(Path(where).expanduser().resolve())
-    return f"{where}:{name}"
+def spider_dirs(paths: Sequence[str]) -> list[Path]:
+    """The listed directories, symlinks and ``..`` resolved (relative ones against the working
+    directory)."""
+    return [Path(p).expanduser().resolve() for p in paths if p.strip()]
 
 
 def _is_file(where: str) -> bool:
     return where.endswith(".py") or "/" in where or "\\" in where
 
 
-def load_class(target: str) -> type[Spider]:
-    """The class ``target`` (``module:Class`` or ``/abs/file.py:Class``) names."""
-    where, sep, name = target.rpartition(":")
-    if not sep or not where or not name:
-        raise SpiderUnavailable(f"spider {target!r}: give package.module:Class or path/to/file.py:Class")
+def _under(path: Path, roots: Sequence[Path]) -> Path | None:
+    """The root ``path`` (resolved) lies under, if any."""
+    resolved = path.resolve()
+    return next((root for root in roots if resolved.is_relative_to(root)), None)
+
+
+def _outside(ref: str, what: str, roots: Sequence[Path]) -> SpiderUnavailable:
+    listed = "" if roots else f" ({PATHS_ENV} is not set here)"
+    return SpiderUnavailable(f"spider {ref[:200]!r}: {what} is not under a directory {PATHS_ENV} lists{listed}; "
+                             f"put it in one, or set {PATHS_ENV}=DIR (several separated by {os.pathsep!r} or ',') "
+                             "for the submitter and every worker")
+
+
+def _split(ref: str) -> tuple[str, str]:
+    ref = ref.strip()
+    if ":" not in ref:
+        found = installed()
+        if ref not in found:
+            known = ", ".join(sorted(found)) or "none installed"
+            raise SpiderUnavailable(f"no spider named {ref[:200]!r} (group {GROUP}: {known}); "
+                                    "or give package.module:Class or path/to/file.py:Class")
+        ref = found[ref]
+    where, sep, name = ref.rpartition(":")
+    if not sep or not where or not name.isidentifier():
+        raise SpiderUnavailable(f"spider {ref[:200]!r}: give package.module:Class or path/to/file.py:Class")
+    return where, name
+
+
+def find(ref: str, paths: Sequence[str]) -> Found:
+    """Where the spider ``ref`` names is, if this process may load it: an installed entry point
+    (by name or by its ``module:Class``), or a file or module under one of ``paths``. Reads
+    directories only, never runs or even opens the spider's code; SpiderUnavailable otherwise."""
+    where, name = _split(ref)
     try:
-        module = _import_file(where) if _is_file(where) else _import_module(where)
-    except SpiderUnavailable:
-        raise
-    except Exception as exc:  # a spider's import may raise anything: it is the user's code
-        raise SpiderUnavailable(f"spider {target!r}: cannot import {where!r}: "
-                                f"{type(exc).__name__}: {exc}") from exc
-    cls = getattr(module, name, None)
-    if cls is None:
-        raise SpiderUnavailable(f"spider {target!r}: {where!r} has no {name!r}")
-    if not (isinstance(cls, type) and issubclass(cls, Spider)):
-        raise SpiderUnavailable(f"spider {target!r}: {name!r} is not a subclass of crawler.spiders.Spider")
-    return cls
+        return _find(ref, where, name, spider_dirs(paths))
+    except (OSError, RuntimeError) as exc:  # a path too long, a symlink loop
+        raise SpiderUnavailable(f"spider {ref[:200]!r}: {type(exc).__name__}: {exc}") from None
 
 
-def _import_module(name: str) -> ModuleType:
+def _find(ref: str, where: str, name: str, roots: list[Path]) -> Found:
+    if _is_file(where):
+        file = Path(where).expanduser().resolve()
+        root = _under(file, roots)
+        if root is None:
+            raise _outside(ref, "the file (symlinks and '..' resolved)", roots)
+        if not file.is_file():
+            raise SpiderUnavailable(f"spider file {str(file)!r} does not exist on this machine")
+        return Found(f"{file}:{name}", name, file, root)
+    if not all(part.isidentifier() for part in where.split(".")):
+        raise SpiderUnavailable(f"spider {ref[:200]!r}: {where[:200]!r} is not a module name")
+    target = f"{where}:{name}"
+    if target in installed().values():
+        return Found(target, name, _installed_file(where), None, where)
+    for root in roots:
+        parts = _walk(where, root)
+        if parts is None:
+            continue
+        for part in parts:
+            if part.file is not None and _under(part.file, [root]) is None:
+                raise _outside(ref, f"{part.name!r} (it links out of its directory)", roots)
+        last = parts[-1].file
+        assert last is not None  # _walk ends on a file
+        return Found(target, name, last.resolve(), root, where)
+    raise _outside(ref, f"module {where!r} (not an installed spider, group {GROUP})", roots)
+
+
+@dataclass(frozen=True)
+class _Part:
+    name: str  # the dotted name so far
+    file: Path | None  # the source importing it runs (None: a namespace package)
+    package: Path | None  # its directory, for a package
+
+
+def _walk(module: str, base: Path) -> list[_Part] | None:
+    """The packages and module file an import of ``module`` from ``base`` alone would run, found
+    by looking at the directory, as the path finder does for source files; None if absent."""
+    parts = module.split(".")
+    out = []
+    here = base
+    for i, part in enumerate(parts):
+        name, pkg, last = ".".join(parts[:i + 1]), here / part, i == len(parts) - 1
+        if (pkg / "__init__.py").is_file():
+            out.append(_Part(name, pkg / "__init__.py", pkg))
+        elif last and (here / f"{part}.py").is_file():
+            out.append(_Part(name, here / f"{part}.py", None))
+        elif not last and pkg.is_dir():
+            out.append(_Part(name, None, pkg))
+        else:
+            return None
+        here = pkg
+    return out
+
+
+def _installed_file(module: str) -> Path | None:
+    """The source file of an installed module, found without importing it or its packages."""
+    top, _, rest = module.partition(".")
     try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        # A spider module beside the user, as ``python -m`` would find it: the ``crawler`` and
-        # ``celery`` commands do not put the working directory on the path themselves.
-        cwd = os.getcwd()
-        if exc.name != name.split(".")[0] or cwd in sys.path:
-            raise
-        sys.path.append(cwd)
-        return importlib.import_module(name)
+        spec = importlib.util.find_spec(top)  # a top-level name: the finders run, no module code does
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if not rest:
+        origin = Path(spec.origin) if spec.has_location and spec.origin else None
+        return origin if origin is not None and origin.suffix == ".py" else None
+    for directory in spec.submodule_search_locations or ():
+        parts = _walk(rest, Path(directory))
+        if parts is not None:
+            return parts[-1].file
+    return None
 
 
-def _import_file(path: str) -> ModuleType:
-    file = Path(path)
+def _facts(found: Found, source: bytes) -> dict[str, Any]:
+    """The class's literal ``version``, ``start_urls`` and ``allowed_domains`` (its own, else
+    those of base classes in the same file), read with ``ast``; SpiderUnavailable if the file
+    does not parse or binds no such name at its top level (not asked of an installed spider,
+    whose module may take the class from elsewhere)."""
+    where = str(found.file)
+    try:
+        tree = ast.parse(source, filename=where)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise SpiderUnavailable(f"spider {found.target!r}: cannot read {where!r}: "
+                                f"{type(exc).__name__}: {exc}") from None
+    classes: dict[str, ast.ClassDef] = {}
+    bound: set[str] = set()
+    for node in _top_level(tree.body):
+        if isinstance(node, ast.ClassDef):
+            classes[node.name] = node
+            bound.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update(a.asname or a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            bound.add(node.name)
+    if found.name not in bound and found.root is not None:
+        raise SpiderUnavailable(f"spider {found.target!r}: {where!r} has no {found.name!r}")
+    facts: dict[str, Any] = {}
+    seen: set[str] = set()
+    todo = [classes[found.name]] if found.name in classes else []
+    while todo:
+        cls = todo.pop(0)
+        if cls.name in seen:
+            continue
+        seen.add(cls.name)
+        for stmt in cls.body:
+            key, value = _assigned(stmt)
+            if key in _FACTS and value is not None and key not in facts:
+                try:
+                    facts[key] = ast.literal_eval(value)
+                except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                    pass  # not a literal: unknown here
+        todo += [classes[b.id] for b in cls.bases if isinstance(b, ast.Name) and b.id in classes]
+    return facts
+
+
+def _top_level(body: list[ast.stmt]) -> list[ast.stmt]:
+    # What a module binds as it runs: its statements, and those inside if / try / with blocks.
+    out: list[ast.stmt] = []
+    for node in body:
+        out.append(node)
+        if isinstance(node, (ast.If, ast.With)):
+            out += _top_level(node.body) + _top_level(getattr(node, "orelse", []))
+        elif isinstance(node, ast.Try):
+            out += _top_level(node.body) + _top_level(node.orelse) + _top_level(node.finalbody)
+            for handler in node.handlers:
+                out += _top_level(handler.body)
+    return out
+
+
+def _assigned(stmt: ast.stmt) -> tuple[str, ast.expr | None]:
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+        return stmt.targets[0].id, stmt.value
+    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+        return stmt.target.id, stmt.value
+    return "", None
+
+
+def _read(found: Found) -> tuple[str, dict[str, Any]]:
+    """The spider's version and literal facts, from its source file's bytes alone: the class's
+    literal ``version``, else a digest of the file. Submitter and workers compute it alike."""
+    if found.file is None:
+        return "", {}
+    try:
+        source = found.file.read_bytes()
+    except OSError as exc:
+        raise SpiderUnavailable(f"spider {found.target!r}: cannot read {str(found.file)!r}: {exc.strerror}") from None
+    facts = _facts(found, source)
+    version = facts.get("version")
+    if isinstance(version, (str, int, float)) and not isinstance(version, bool) and str(version):
+        return str(version), facts
+    return "src-" + hashlib.sha1(source).hexdigest()[:12], facts
+
+
+def version_of(ref: str, paths: Sequence[str]) -> str:
+    """The version a job with this spider records (see ``_read``)."""
+    return _read(find(ref, paths))[0]
+
+
+def _strings(value: Any) -> list[str] | None:
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return list(value)
+    return None
+
+
+# -- importing: only what ``find`` allowed -----------------------------------------------------
+
+def _import_file(file: Path) -> ModuleType:
     if not file.is_file():
-        raise SpiderUnavailable(f"spider file {path!r} does not exist on this machine")
+        raise SpiderUnavailable(f"spider file {str(file)!r} does not exist on this machine")
     # A stable name per file, so two spiders named alike in different files do not collide and
     # a second load reuses the first.
     mod_name = "crawler_spider_" + hashlib.sha1(str(file).encode()).hexdigest()[:12]
@@ -103,27 +294,90 @@ def _import_file(path: str) -> ModuleType:
         return module
     spec = importlib.util.spec_from_file_location(mod_name, file)
     if spec is None or spec.loader is None:
-        raise SpiderUnavailable(f"spider file {path!r} cannot be imported")
+        raise SpiderUnavailable(f"spider file {str(file)!r} cannot be imported")
+    return _exec(spec)
+
+
+def _exec(spec: importlib.machinery.ModuleSpec) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
-    sys.modules[mod_name] = module
+    sys.modules[spec.name] = module
     try:
-        spec.loader.exec_module(module)
+        if spec.loader is not None:
+            spec.loader.exec_module(module)
     except BaseException:
-        del sys.modules[mod_name]
+        del sys.modules[spec.name]
         raise
     return module
 
 
-def version_of(cls: type[Spider]) -> str:
-    """The class's ``version``, or a digest of its source file: either way two workers agree only
-    when they run the same spider."""
-    if cls.version:
-        return str(cls.version)
+def _import_listed(module: str, root: Path) -> ModuleType:
+    """``module`` as found under ``root`` and nowhere else: its packages and file are imported
+    from there (never from ``sys.path``), or SpiderUnavailable if a name is already taken by a
+    module from elsewhere."""
+    parts = _walk(module, root)
+    if parts is None:
+        raise SpiderUnavailable(f"spider module {module!r} is not under {str(root)!r} on this machine")
+    parent: ModuleType | None = None
+    for part in parts:
+        got = sys.modules.get(part.name)
+        if got is None:
+            spec: importlib.machinery.ModuleSpec | None
+            if part.file is None:
+                spec = importlib.machinery.ModuleSpec(part.name, None, is_package=True)
+                spec.submodule_search_locations = [str(part.package)]
+            else:
+                locations = [str(part.package)] if part.package is not None else None
+                spec = importlib.util.spec_from_file_location(part.name, part.file.resolve(),
+                                                              submodule_search_locations=locations)
+            if spec is None:
+                raise SpiderUnavailable(f"spider module {part.name!r} cannot be imported")
+            got = _exec(spec)
+            if parent is not None:
+                setattr(parent, part.name.rpartition(".")[2], got)
+        elif not _from(got, root):
+            raise SpiderUnavailable(f"spider module {module!r}: {part.name!r} is already imported here from "
+                                    f"outside {str(root)!r}")
+        parent = got
+    assert parent is not None
+    return parent
+
+
+def _from(module: ModuleType, root: Path) -> bool:
+    places = [getattr(module, "__file__", None), *list(getattr(module, "__path__", []))]
+    return any(p and Path(p).resolve().is_relative_to(root) for p in places)
+
+
+def _class(module: ModuleType, target: str, name: str) -> type[Spider]:
+    cls = getattr(module, name, None)
+    if cls is None:
+        raise SpiderUnavailable(f"spider {target!r}: {module.__name__!r} has no {name!r}")
+    if not (isinstance(cls, type) and issubclass(cls, Spider)):
+        raise SpiderUnavailable(f"spider {target!r}: {name!r} is not a subclass of crawler.spiders.Spider")
+    return cls
+
+
+def _importing(target: str, where: str, run: Any) -> ModuleType:
     try:
-        source = Path(inspect.getfile(cls)).read_bytes()
-    except (OSError, TypeError):
-        source = cls.__qualname__.encode()
-    return "src-" + hashlib.sha1(source).hexdigest()[:12]
+        module: ModuleType = run()
+    except SpiderUnavailable:
+        raise
+    except Exception as exc:  # a spider's import may raise anything: it is the user's code
+        raise SpiderUnavailable(f"spider {target!r}: cannot import {where!r}: "
+                                f"{type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def load_class(found: Found) -> type[Spider]:
+    """Import the class ``find`` found: the file itself, the module from its listed directory,
+    or an installed module as Python finds it."""
+    file, root = found.file, found.root
+    if file is not None and not found.module:
+        module = _importing(found.target, str(file), lambda: _import_file(file))
+    elif root is not None:
+        module = _importing(found.target, found.module, lambda: _import_listed(found.module, root))
+    else:
+        module = _importing(found.target, found.module, lambda: importlib.import_module(found.module))
+    return _class(module, found.target, found.name)
 
 
 def parse_args(items: list[str]) -> dict[str, str]:
@@ -146,28 +400,93 @@ def instantiate(cls: type[Spider], args: list[str]) -> Spider:
         raise SpiderUnavailable(f"spider {cls.__qualname__}: constructor raised {type(exc).__name__}: {exc}") from exc
 
 
-def load(target: str, version: str, args: list[str]) -> Spider:
-    """The spider a job recorded (``target`` and ``version``), built with its arguments; raises
-    SpiderUnavailable when this worker cannot run that very spider."""
-    cls = load_class(target)
-    mine = version_of(cls)
+def load(target: str, version: str, args: list[str], paths: Sequence[str]) -> Spider:
+    """The spider a job recorded (``target`` and ``version``), built with its arguments, if this
+    worker may run it (installed, or under ``paths``: the worker's own ``spider_paths``). The
+    place and version are checked before anything is imported; SpiderUnavailable otherwise."""
+    found = find(target, paths)
+    mine, _ = _read(found)
     if version and mine != version:
-        raise SpiderUnavailable(f"spider {target!r} is version {mine} on this worker, but the job was "
+        raise SpiderUnavailable(f"spider {target!r} is version {mine or 'unknown'} on this worker, but the job was "
                                 f"submitted with version {version}: deploy the same code to every worker")
-    return instantiate(cls, args)
+    return instantiate(load_class(found), args)
 
+
+# -- submitting ------------------------------------------------------------------------------
 
 def prepare(settings: Settings, seeds: list[str]) -> tuple[Settings, list[str]]:
-    """Resolve the spider ``settings`` name for submission: the settings with ``spider`` as the
-    target every worker imports and ``spider_version`` recorded, and the seeds (the spider's
-    ``start_urls`` when none are given); its ``allowed_domains`` when no ``allow_domains`` are.
-    SpiderUnavailable if it cannot be loaded or built here, before anything is created."""
+    """Resolve the spider ``settings`` name for submission, without running any of its code:
+    the settings with ``spider`` as the target every worker loads and ``spider_version``
+    recorded, and the seeds (the class's literal ``start_urls`` when none are given); its literal
+    ``allowed_domains`` when no ``allow_domains`` are. SpiderUnavailable if the spider is not
+    one this process's ``spider_paths`` or installed entry points allow, before anything is
+    created."""
     if not settings.spider:
         return settings, seeds
-    target = target_of(settings.spider)
-    cls = load_class(target)
+    parse_args(settings.spider_args)  # a malformed argument fails here, not on every worker
+    found = find(settings.spider, settings.spider_paths)
+    version, facts = _read(found)
+    changes: dict[str, object] = {"spider": found.target, "spider_version": version}
+    domains = _strings(facts.get("allowed_domains"))
+    if not settings.allow_domains and domains:
+        changes["allow_domains"] = domains
+    if not seeds:
+        seeds = _strings(facts.get("start_urls")) or []
+        if not seeds:
+            raise SpiderUnavailable(f"spider {found.target!r}: give seeds (the class has no literal start_urls list, "
+                                    "and submitting never runs spider code)")
+    return settings.replace(**changes), seeds
+
+
+def prepare_local(settings: Settings, seeds: list[str]) -> tuple[Settings, list[str]]:
+    """``prepare`` for a crawl on the operator's own machine (``crawler crawl``), which runs the
+    spider it was given on its command line: it is imported here (its ``start_urls``,
+    ``allowed_domains`` and arguments are the class's, computed or not), and its directory is
+    added to ``spider_paths`` so the crawl's own workers may load it."""
+    if not settings.spider:
+        return settings, seeds
+    where, name = _split(settings.spider)
+    root: Path | None = None
+    if _is_file(where):
+        file = Path(where).expanduser().resolve()
+        target = f"{file}:{name}"
+        module = _importing(target, str(file), lambda: _import_file(file))
+        root = file.parent
+    else:
+        target = f"{where}:{name}"
+        if target in installed().values():
+            module = _importing(target, where, lambda: importlib.import_module(where))
+        else:
+            module = _importing(target, where, lambda: _import_module_here(where))
+            root = _root_of(module, where, target)
+    cls = _class(module, target, name)
     instantiate(cls, settings.spider_args)  # its arguments fail here, not on every worker
-    changes: dict[str, object] = {"spider": target, "spider_version": version_of(cls)}
+    changes: dict[str, object] = {"spider": target}
+    if root is not None and _under(root, spider_dirs(settings.spider_paths)) is None:
+        changes["spider_paths"] = [*settings.spider_paths, str(root)]
     if not settings.allow_domains and cls.allowed_domains:
         changes["allow_domains"] = list(cls.allowed_domains)
-    return settings.replace(**changes), seeds or list(cls.start_urls)
+    return prepare(settings.replace(**changes), seeds or list(cls.start_urls))
+
+
+def _import_module_here(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        # A spider module beside the user, as ``python -m`` would find it: the ``crawler``
+        # command does not put the working directory on the path itself.
+        cwd = os.getcwd()
+        if exc.name != name.split(".")[0] or cwd in sys.path:
+            raise
+        sys.path.append(cwd)
+        return importlib.import_module(name)
+
+
+def _root_of(module: ModuleType, name: str, target: str) -> Path:
+    """The directory ``name`` was imported from (what ``sys.path`` held for it)."""
+    file = getattr(module, "__file__", None)
+    if not file:
+        raise SpiderUnavailable(f"spider {target!r}: module {name!r} has no file")
+    path = Path(file)
+    depth = name.count(".") + (1 if path.name == "__init__.py" else 0)
+    return path.parents[depth].resolve()

@@ -15,7 +15,9 @@ from crawler.frontier import Frontier
 from crawler.settings import Settings
 from crawler.store import open_store
 from crawler.testweb import TestWeb
-from tests.conftest import Workers, wait_done
+from tests.conftest import ROOT, Workers, wait_done
+
+SPIDERS = ROOT / "tests" / "spiders"  # listed in CRAWLER_SPIDER_PATHS (conftest)
 
 
 def test_headers_and_on_error_hooks_run_in_real_workers(make_web: Callable[..., TestWeb], workers: Workers,
@@ -23,7 +25,7 @@ def test_headers_and_on_error_hooks_run_in_real_workers(make_web: Callable[..., 
     web = make_web(1, 40)
     workers.start("w0", "shard-0,shard-1")
     settings = Settings.from_env(store=f"sqlite:///{tmp_path / 'c.db'}", warc_dir=str(tmp_path / "warc"), shards=2,
-                                 spider="tests.spiders.hooks:HooksSpider")
+                                 spider=f"{SPIDERS / 'hooks.py'}:HooksSpider")
     job = jobs.submit(r, settings, web.seeds())
     st = wait_done(r, job)
     store = open_store(settings.store)

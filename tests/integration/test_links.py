@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import random
 import secrets
-import uuid
 import sqlite3
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -203,7 +203,8 @@ class _SmallTraps(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         related = random.Random(parts.query)
         pages = {
-            "/": lambda: [f"/session?sid={random.getrandbits(48)}", "/cart?state=" + secrets.token_urlsafe(16), "/list"],
+            "/": lambda: [f"/session?sid={random.getrandbits(48)}", "/cart?state=" + secrets.token_urlsafe(16),
+                          "/list"],
             "/session": lambda: [f"/session?sid={random.getrandbits(48)}" for _ in range(2)],
             "/cart": lambda: ["/cart?state=" + secrets.token_urlsafe(16) for _ in range(2)],
             "/list": lambda: [f"/item?id={i}" for i in ITEMS],

@@ -22,7 +22,7 @@ from crawler.render import decide
 from crawler.render.browser import RenderUnavailable, chromium_path
 from crawler.settings import Settings
 from crawler.testweb.scripted import TIMEOUT_PAGES, ScriptedWeb
-from tests.conftest import Workers, rows_by_url
+from tests.conftest import ROOT, Workers, rows_by_url
 from tests.integration.test_crawl import cli
 
 try:
@@ -100,7 +100,7 @@ def test_a_spider_chooses_the_pages_to_render_and_what_to_wait_for(
         web: ScriptedWeb, workers: Workers, r: redis.Redis, tmp_path: Path) -> None:
     workers.start("w0", "shard-0", env={"CRAWLER_SHARDS": "1"})
     workers.start("render", "render")
-    job_id = jobs.submit(r, _settings(tmp_path, web, spider="tests.spiders.render:RenderSpider",
+    job_id = jobs.submit(r, _settings(tmp_path, web, spider=f"{ROOT / 'tests' / 'spiders' / 'render.py'}:RenderSpider",
                                       render_sample=100), web.seeds())
     st = _wait(r, job_id, 120)
     assert st["status"] == "done", st

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
 from crawler import control, jobs
@@ -128,9 +129,16 @@ def _spider_file(path: Path, version: str) -> Path:
     return path
 
 
+def _allow(monkeypatch: pytest.MonkeyPatch, directory: Path) -> None:
+    """Let this test's submitter and the workers it starts load spiders from ``directory``."""
+    monkeypatch.setenv("CRAWLER_SPIDER_PATHS", os.pathsep.join([os.environ["CRAWLER_SPIDER_PATHS"], str(directory)]))
+
+
 def test_a_worker_without_the_jobs_spider_stops_the_job(make_web: Callable[..., TestWeb], tmp_path: Path,
-                                                        workers: Workers, r: redis.Redis, redis_url: str) -> None:
+                                                        workers: Workers, r: redis.Redis, redis_url: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     _, _, origin = _catalogue(make_web)
+    _allow(monkeypatch, tmp_path)
     spider = _spider_file(tmp_path / "shop_spider.py", "1")
     settings = Settings.from_env(redis_url=redis_url, shards=1, store=f"sqlite:///{tmp_path / 'a.db'}",
                                  allow_networks=["127.0.0.0/8"], spider=f"{spider}:Shop")
@@ -145,8 +153,10 @@ def test_a_worker_without_the_jobs_spider_stops_the_job(make_web: Callable[..., 
 
 
 def test_a_spider_of_another_version_is_refused(tmp_path: Path, workers: Workers, r: redis.Redis,
-                                                redis_url: str, make_web: Callable[..., TestWeb]) -> None:
+                                                redis_url: str, make_web: Callable[..., TestWeb],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     _, _, origin = _catalogue(make_web)
+    _allow(monkeypatch, tmp_path)
     spider = _spider_file(tmp_path / "v_spider.py", "1")
     settings = Settings.from_env(redis_url=redis_url, shards=1, store=f"sqlite:///{tmp_path / 'v.db'}",
                                  allow_networks=["127.0.0.0/8"], spider=f"{spider}:Shop")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import sys
 import textwrap
 from collections import Counter
 from collections.abc import Iterator
@@ -18,8 +20,9 @@ from crawler.export import item_columns, item_rows
 from crawler.messages import FetchedPage
 from crawler.settings import SettingError, Settings
 from crawler.spiders import Follow, Page, Spider
-from crawler.spiders.loader import SpiderUnavailable, load, load_class, parse_args, prepare, target_of, version_of
+from crawler.spiders.loader import SpiderUnavailable, find, load, parse_args, prepare, version_of
 from crawler.spiders.run import allowed, as_item, overrides, run_page_hook
+from tests.conftest import ROOT
 
 HTML = b"""<html><head><title>T</title><base href="http://h/dir/"></head><body>
 <h1 class=name>Kettle</h1><p class=price>12.50</p><a href="a.html">A</a><a href="/b">B</a></body></html>"""
@@ -158,44 +161,88 @@ def _write(path: Path, version: str = "") -> Path:
     return path
 
 
-def test_loader_targets_versions_and_errors(tmp_path: Path) -> None:
+def test_loader_finds_versions_and_errors(tmp_path: Path) -> None:
     f = _write(tmp_path / "s.py")
-    target = target_of(f"{f}:S")
-    assert target == f"{f.resolve()}:S"
-    cls = load_class(target)
-    v1 = version_of(cls)
+    paths = [str(tmp_path)]
+    found = find(f"{f}:S", paths)
+    assert found.target == f"{f.resolve()}:S" and found.root == tmp_path.resolve()
+    v1 = version_of(found.target, paths)
     assert v1.startswith("src-")
-    assert load(target, v1, ["category=Science Fiction"]).category == "Science Fiction"  # type: ignore[attr-defined]
-    assert version_of(load_class("examples.catalogue_spider:CatalogueSpider")) == "1"
+    assert load(found.target, v1, ["category=Science Fiction"], paths).category == "Science Fiction"  # type: ignore[attr-defined]
+    assert version_of(f"{ROOT / 'examples' / 'catalogue_spider.py'}:CatalogueSpider", [str(ROOT / "examples")]) == "1"
     for ref, message in [
         (f"{tmp_path / 'none.py'}:S", "does not exist on this machine"),
         (f"{f}:Missing", "has no 'Missing'"),
         (f"{f}:NotASpider", "is not a subclass of crawler.spiders.Spider"),
-        ("no_such_module_xyz:S", "cannot import 'no_such_module_xyz': ModuleNotFoundError"),
+        ("no_such_module_xyz:S", "module 'no_such_module_xyz' .* is not under a directory CRAWLER_SPIDER_PATHS lists"),
     ]:
         with pytest.raises(SpiderUnavailable, match=message):
-            load_class(target_of(ref))
+            load(ref, "", [], paths)
+    with pytest.raises(SpiderUnavailable, match="CRAWLER_SPIDER_PATHS is not set here"):
+        find(f"{f}:S", [])
     with pytest.raises(SpiderUnavailable, match="no spider named 'nosuch'"):
-        target_of("nosuch")
+        find("nosuch", paths)
     with pytest.raises(SpiderUnavailable, match="is version src-"):
-        load(target, "src-000000000000", [])
+        load(found.target, "src-000000000000", [], paths)
     with pytest.raises(SpiderUnavailable, match="constructor raised ValueError: bad argument"):
-        load(target, v1, ["fail=1"])
+        load(found.target, v1, ["fail=1"], paths)
     with pytest.raises(SpiderUnavailable, match="not key=value"):
         parse_args(["=x"])
 
 
 def test_prepare_records_target_version_seeds_and_domains(tmp_path: Path) -> None:
     f = _write(tmp_path / "p.py", version="7")
-    settings, seeds = prepare(Settings(spider=f"{f}:S"), [])
+    allowed_here = Settings(spider_paths=[str(tmp_path)])
+    settings, seeds = prepare(allowed_here.replace(spider=f"{f}:S"), [])
     assert settings.spider == f"{f.resolve()}:S" and settings.spider_version == "7"
     assert seeds == ["http://127.0.1.1/"] and settings.allow_domains == ["127.0.1.1"]
-    given, seeds = prepare(Settings(spider=f"{f}:S", allow_domains=["x.org"]), ["http://x.org/"])
+    given, seeds = prepare(allowed_here.replace(spider=f"{f}:S", allow_domains=["x.org"]), ["http://x.org/"])
     assert given.allow_domains == ["x.org"] and seeds == ["http://x.org/"]
     assert prepare(Settings(), ["http://a/"]) == (Settings(), ["http://a/"])
     with pytest.raises(SettingError, match="spider_args"):
         Settings(spider_args=["a=\n"]).validated()
     assert Settings(spider_args=["a=two words"]).validated()
+    listed = Settings.from_env({"CRAWLER_SPIDER_PATHS": f"/a b{os.pathsep}/c,/d"})
+    assert listed.spider_paths == ["/a b", "/c", "/d"] and "spider_paths" not in listed.job_settings()
+
+
+CANARY = """
+import pathlib
+pathlib.Path({marker!r}).write_text("imported")
+from crawler.spiders import Spider
+
+class Cls(Spider):
+    start_urls = ["http://127.0.1.1/"]
+"""
+
+
+def test_spiders_outside_the_listed_directories_are_refused_unread(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    listed, outside = tmp_path / "listed", tmp_path / "outside"
+    (listed / "pkg").mkdir(parents=True)
+    outside.mkdir()
+    marker = tmp_path / "imported"
+    canary = outside / "canary.py"
+    canary.write_text(CANARY.format(marker=str(marker)))
+    (listed / "link.py").symlink_to(canary)
+    (listed / "pkg" / "__init__.py").write_text("")
+    (listed / "pkg" / "base.py").write_text("from crawler.spiders import Spider\n\nclass Base(Spider):\n    pass\n")
+    (listed / "pkg" / "shop.py").write_text("from .base import Base\n\nclass Shop(Base):\n    version = 'v3'\n")
+    monkeypatch.chdir(outside)  # a bare module name must not be found beside the submitter
+    paths = [str(listed)]
+    for ref in (f"{canary}:Cls", "canary:Cls", f"{listed}/../outside/canary.py:Cls", f"{listed / 'link.py'}:Cls"):
+        with pytest.raises(SpiderUnavailable, match="is not under a directory CRAWLER_SPIDER_PATHS lists"):
+            prepare(Settings(spider=ref, spider_paths=paths), ["http://127.0.1.1/"])
+        with pytest.raises(SpiderUnavailable, match="is not under a directory CRAWLER_SPIDER_PATHS lists"):
+            load(ref, "", [], paths)
+    assert not marker.exists()
+    # A module under a listed directory: found there, imported from there (its package too).
+    settings, _ = prepare(Settings(spider="pkg.shop:Shop", spider_paths=paths), ["http://127.0.1.1/"])
+    assert settings.spider == "pkg.shop:Shop" and settings.spider_version == "v3"
+    assert type(load("pkg.shop:Shop", "v3", [], paths)).__name__ == "Shop"
+    assert Path(sys.modules["pkg.shop"].__file__ or "").is_relative_to(listed)
+    for name in ("pkg.shop", "pkg.base", "pkg"):
+        sys.modules.pop(name, None)
 
 
 def test_items_travel_in_page_messages_and_export_flat() -> None:
