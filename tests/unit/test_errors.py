@@ -8,6 +8,7 @@ import argparse
 import pytest
 
 from crawler import cli, errors
+from crawler.cli import output as cli_output
 from crawler.errors import REASONS, ConfigError, CrawlerError, JobNotFound, Reason, StoreError
 from crawler.settings import SettingError
 from crawler.store.base import StoreRefused, StoreUnavailable, StoreURLError
@@ -49,7 +50,7 @@ def _run(monkeypatch: pytest.MonkeyPatch, exc: BaseException) -> int:
     def command(args: argparse.Namespace) -> int:
         raise exc
 
-    monkeypatch.setattr(cli, "cmd_settings", command)  # bound when main builds its parser
+    monkeypatch.setattr(cli_output, "cmd_settings", command)  # bound when main builds its parser
     return cli.main(["settings"])
 
 

@@ -1,0 +1,63 @@
+"""The ``crawler`` command: crawl (embedded), submit, status, pause, resume, stop, recover, cycles, export.
+
+One module per group of commands, each with its handlers and their options side by side
+(``crawling``, ``jobs``, ``cluster``, ``output``); ``common`` declares what they share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+import redis
+
+from crawler.celeryapp.config import environment
+from crawler.cli import cluster, crawling, jobs, output
+from crawler.cli.common import Parser, job_settings, one_line
+from crawler.errors import BadURL, CrawlerError, JobNotFound
+from crawler.redact import redact
+
+__all__ = ["build_parser", "main"]
+_settings = job_settings  # the name tests and scripts used before the split
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="crawler", description=__doc__.split("\n", 1)[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    for group in (crawling, jobs, cluster, output):
+        group.register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    environment()  # a wrong CRAWLER_* variable ends every command with one line, before anything runs
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    args = build_parser().parse_args(argv)
+    # Only the crawler's own errors and its environment's (Redis unreachable, a file or socket
+    # failing) become one line: anything else is a bug, and its traceback is what fixes it.
+    try:
+        return int(args.func(args))
+    except CrawlerError as exc:
+        line, code = _crawler_error(exc)
+    except BrokenPipeError:
+        return 0  # the reader (``| head``) has what it wanted
+    except redis.ConnectionError as exc:
+        line, code = f"cannot reach Redis: {exc}", 1
+    except redis.TimeoutError as exc:
+        # The environment's failure, not a bug: Redis too busy to answer within the timeout.
+        line, code = f"Redis did not answer in time: {one_line(str(exc))}", 1
+    except OSError as exc:
+        line, code = f"{type(exc).__name__}: {one_line(str(exc))}", 1
+    print(redact(f"crawler {args.command}: {line}"), file=sys.stderr)
+    return code
+
+def _crawler_error(exc: CrawlerError) -> tuple[str, int]:
+    """The line and exit status for one of the crawler's own errors: 2 for input that cannot be
+    used (a setting, flag, seed, store URL or job id), 1 for a failure along the way."""
+    if isinstance(exc, JobNotFound):  # str() of a KeyError is its repr, quotes and all
+        return one_line(str(exc.args[0] if exc.args else exc)), 2
+    if isinstance(exc, (BadURL, ValueError)):
+        return one_line(str(exc)), 2
+    return f"{type(exc).__name__}: {one_line(str(exc))}", 1
+

@@ -1,0 +1,167 @@
+"""Crawls: ``crawl`` on this machine, ``demo`` on a synthetic web, ``submit`` to running workers."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from crawler import control
+from crawler.cli.common import Subparsers, command, job_flags, job_settings, redis_client, requester, summary
+from crawler.embedded import crawl
+from crawler.redact import redact
+from crawler.schedule import parse_duration
+from crawler.settings import Settings
+from crawler.stopsignals import exit_status
+from crawler.testweb import TestWeb, WebModel
+from crawler.testweb.catalogue import Catalogue
+
+log = logging.getLogger("crawler")
+
+
+class ProgressLine:
+    """A live line on a terminal; plain log lines every ``interval`` seconds otherwise."""
+
+    def __init__(self, interval: float) -> None:
+        self.tty = sys.stderr.isatty()
+        self.interval = interval
+        self.last_line = 0.0
+        self.last = (0.0, 0)
+
+    def __call__(self, st: dict[str, Any], elapsed: float) -> None:
+        c = st["counters"]
+        done = c.get("stored", 0)
+        t0, d0 = self.last
+        rate = (done - d0) / (elapsed - t0) if elapsed > t0 else 0.0
+        errors = sum(v for k, v in c.items() if k.startswith("error:"))
+        busy = c.get("inflight", 0) + c.get("held", 0)  # fetching, or fetched and not yet stored
+        text = f"{done} pages  {rate:6.1f} pages/s  {c.get('open', 0) - busy} queued  " \
+               f"{busy} in flight  {errors} errors"
+        if st.get("robots_wait"):
+            text += f"  {len(st['robots_wait'])} hosts waiting on robots.txt"
+        if self.tty:
+            sys.stderr.write("\r\033[K" + text)
+            sys.stderr.flush()
+            if elapsed - t0 >= 2:
+                self.last = (elapsed, done)
+        elif elapsed - self.last_line >= self.interval:
+            log.info("%s  (%.0fs)", text, elapsed)
+            self.last_line = elapsed
+            self.last = (elapsed, done)
+
+    def end(self) -> None:
+        if self.tty:
+            sys.stderr.write("\n")
+
+# One machine needs no shards to spread work: every worker of an embedded crawl consumes every
+# queue, and each shard more only multiplies the dedup tasks each parse sends (one per shard).
+EMBEDDED_SHARDS = "1"
+
+def cmd_crawl(args: argparse.Namespace) -> int:
+    if args.shards is None and "CRAWLER_SHARDS" not in os.environ:
+        args.shards = EMBEDDED_SHARDS
+    settings = job_settings(args, workers=args.workers, store=None)
+    progress = ProgressLine(settings.progress_interval) if not args.quiet else None
+    outcome = crawl(settings, args.seeds, args.out, progress)
+    # SIGINT (Ctrl-C) 130, SIGHUP 129, SIGTERM 143: the shell's "ended by signal N".
+    code = exit_status(outcome.signum) if outcome.interrupted else 0
+    out = Path(args.out).resolve()
+    try:
+        if progress:
+            progress.end()
+        print(f"job {outcome.job_id}: {summary(outcome.status)} in {outcome.elapsed:.1f}s")
+        if outcome.status.get("error"):
+            print(f"crawler crawl: {redact(outcome.status['error'])}", file=sys.stderr)
+            code = code or 1
+        print(f"output: {out / 'crawl.db'} (SQLite), {out / 'warc'} (WARC)")
+        if outcome.spider:
+            print(f"items: {outcome.items} in {out / 'items.jsonl'}")
+        if outcome.interrupted:
+            print(f"interrupted ({signal.Signals(outcome.signum).name}): what was stored is complete and readable",
+                  file=sys.stderr)
+    except OSError:
+        pass  # after SIGHUP the terminal may be gone; the status still says what happened
+    return code
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    every = parse_duration(args.every) if args.every else None
+    revisit = {name: parse_duration(getattr(args, name)) if getattr(args, name) else None
+               for name in ("revisit_min", "revisit_max")}
+    settings = job_settings(args, store=args.store, warc_dir=args.warc_dir, every=every, cron=args.cron, **revisit)
+    if not settings.store:
+        raise SystemExit("crawler submit: --store URL is required (e.g. sqlite:///data/crawl.db)")
+    values = {f: getattr(settings, f) for f in Settings.__dataclass_fields__}
+    job_id, warnings = control.submit(redis_client(args.redis_url), values, args.seeds, by=requester())
+    for w in warnings:
+        print(f"crawler submit: warning: {w}", file=sys.stderr)
+    print(job_id)
+    return 0
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Serve the synthetic web on loopback and crawl it: the whole system, no network needed."""
+    if args.shop:
+        return _demo_shop(args)
+    web = TestWeb(WebModel(args.sites, args.pages), filler=2000).start()
+    try:
+        print(f"serving a synthetic web of {args.sites} sites x {args.pages} pages on "
+              f"{web.ips[0]}..{web.ips[-1]}; {len(web.reachable_urls())} pages reachable")
+        args.seeds = web.seeds()
+        # The network guard blocks loopback; open exactly the demo web's addresses.
+        args.allow_networks = [f"{ip}/32" for ip in web.ips]
+        return cmd_crawl(args)
+    finally:
+        web.stop()
+
+EXAMPLE_SPIDER = Path(__file__).resolve().parents[2] / "examples" / "catalogue_spider.py"
+
+def _demo_shop(args: argparse.Namespace) -> int:
+    """Serve the test catalogue on loopback and crawl it with the example spider (or ``--spider``)."""
+    web = TestWeb(WebModel(1, 1)).start()
+    shop = Catalogue()
+    shop.mount(web, 0)
+    try:
+        print(f"serving a shop of {len(shop.products)} products on {web.origin(0)}")
+        if not args.spider and not EXAMPLE_SPIDER.is_file():
+            raise SystemExit(f"crawler demo: the example spider is not at {EXAMPLE_SPIDER} (a source checkout has it)")
+        args.spider = args.spider or f"{EXAMPLE_SPIDER}:CatalogueSpider"
+        args.seeds = [web.origin(0) + "/"]
+        args.allow_networks = [f"{web.ips[0]}/32"]
+        return cmd_crawl(args)
+    finally:
+        web.stop()
+
+
+def register(sub: Subparsers) -> None:
+    c = command(sub, "crawl", cmd_crawl, "crawl on this machine, nothing else to set up", redis=False)
+    job_flags(c)
+    c.add_argument("--out", required=True, help="output directory (crawl.db, warc/, logs/)")
+    c.add_argument("--workers", metavar="N", help="worker processes (default 2)")
+    c.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+
+    d = command(sub, "demo", cmd_demo, "crawl a synthetic web served on loopback (no network needed)", redis=False)
+    d.add_argument("--out", default="crawl-out", help="output directory (default: crawl-out)")
+    d.add_argument("--sites", type=int, default=5)
+    d.add_argument("--pages", type=int, default=100)
+    d.add_argument("--workers", metavar="N")
+    d.add_argument("-q", "--quiet", action="store_true")
+    d.add_argument("--shop", action="store_true",
+                   help="serve a shop catalogue instead and extract its products with examples/catalogue_spider.py")
+    d.add_argument("--spider", metavar="SPIDER", help="with --shop: your spider instead of the example")
+    # The job flags ``crawl`` reads, unset: the demo's web decides them.
+    d.set_defaults(**dict.fromkeys(("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards",
+                                    "allow_domains", "user_agent", "redis_url", "allow_networks", "resolve",
+                                    "sitemaps", "obey_robots", "extract", "allow_urls", "deny_urls",
+                                    "follow_nofollow", "noise_links")))
+
+    s = command(sub, "submit", cmd_submit, "enqueue a job for running workers; prints its id", redis=False)
+    job_flags(s)
+    s.add_argument("--store", help="store URL, e.g. sqlite:///data/crawl.db")
+    s.add_argument("--warc-dir", help="directory for WARC files (default: beside an SQLite store)")
+    s.add_argument("--every", metavar="DURATION", help="run in cycles this far apart (30m, 6h, 1d)")
+    s.add_argument("--cron", metavar="EXPR", help="run in cycles on a cron schedule, UTC ('0 */6 * * *')")
+    s.add_argument("--revisit-min", metavar="DURATION", help="revisit a page at most this often (default: the period)")
+    s.add_argument("--revisit-max", metavar="DURATION", help="revisit a page at least this often (default 30d)")

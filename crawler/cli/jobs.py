@@ -1,0 +1,254 @@
+"""Steering jobs: status, the job list, stop, pause, resume, live settings, logs, cycles, dead
+links, the seen-set, recovery and resharding."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from crawler import control, joblog, jobs, nodes
+from crawler.cli.common import Subparsers, command, count_flag, redis_client, requester, summary
+from crawler.dedup.bloom import BloomSeen
+from crawler.errors import ConfigError
+from crawler.frontier import Frontier, takeover
+from crawler.jobs import set_shards
+from crawler.redact import redact
+from crawler.settings import parse_text
+from crawler.store import open_store
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    if not 0 <= args.timeout < float("inf"):  # a NaN deadline would never pass
+        raise ConfigError(f"--timeout must be a finite number of seconds >= 0, got {args.timeout!r}")
+    client = redis_client(args.redis_url)
+    deadline = time.monotonic() + args.timeout if args.timeout else None
+    while True:
+        st = jobs.status(client, args.job)
+        if not args.wait or st["status"] in (*jobs.FINISHED, jobs.WAITING):
+            break
+        if deadline and time.monotonic() > deadline:
+            print(f"crawler status: job {args.job} still {st['status']} after {args.timeout}s", file=sys.stderr)
+            return 2
+        time.sleep(0.5)
+    hosts = jobs.hosts(client, args.job) if args.hosts else None
+    shard_states = takeover.shard_states(client, json.loads(st["settings"])["shards"])
+    if args.json:
+        print(json.dumps({**st, "shards": shard_states, **({"hosts": hosts} if hosts is not None else {})},
+                         indent=2))
+        return 0
+    print(f"job {st['id']}: {st['status']}  ({summary(st)})")
+    if st.get("error"):
+        print(f"  error: {redact(st['error'])}")
+    print(f"  queued: {st['queued_in_redis']} in Redis, {st['queued_in_store']} in the store")
+    for line in takeover.describe(shard_states, heard_any=bool(nodes.nodes(client))):
+        print(f"  {line}")
+    for w in st.get("robots_wait", []):
+        print(f"  waiting on robots.txt: {w['host']} ({w['reason']}) until "
+              f"{time.strftime('%H:%M:%S', time.localtime(w['until']))} (in {w['until'] - time.time():.0f}s)")
+    if st.get("store_error"):
+        e = st["store_error"]
+        print(f"  store error, retrying for {time.time() - e['since']:.0f}s ({e['retries']} retries, last by "
+              f"{e['node']}): {redact(e['error'])}")
+    for k, v in st["counters"].items():
+        print(f"  {k:24} {v}")
+    c = st["counters"]
+    if c.get("cache_lookups"):
+        print(f"  {'local cache hit rate':24} {c.get('cache_hits', 0) / c['cache_lookups']:.1%}")
+    if hosts is not None:
+        print(f"  {'host':40} {'delay s':>8} {'in flight':>9} {'queued':>7} {'in store':>8} {'render':>6}")
+        for h in hosts:
+            print(f"  {h['host']:40} {h['delay']:8.3f} {h['inflight']:9d} {h['queued']:7d} {h['queued_in_store']:8d} "
+                  f"{h['render'] or '-':>6}")
+    return 0
+
+def cmd_deadlinks(args: argparse.Namespace) -> int:
+    client = redis_client(args.redis_url)
+    store_url = args.store or jobs.load(client, args.job).settings.store
+    store = open_store(store_url)
+    try:
+        for url, status, referrers in store.dead_links(args.job):
+            if args.json:
+                print(json.dumps({"url": url, "status": status, "linked_from": referrers}))
+            else:
+                print(f"{status} {url}")
+                for ref in referrers:
+                    print(f"      <- {ref}")
+    finally:
+        store.close()
+    return 0
+
+def cmd_reset_seen(args: argparse.Namespace) -> int:
+    client = redis_client(args.redis_url)
+    jobs.status(client, args.job)
+    deleted = BloomSeen(client, args.job).reset() + Frontier(client).clear_seen(args.job)
+    print(f"job {args.job}: seen-set cleared ({deleted} keys)")
+    return 0
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    # Lazy: recovery loads the whole pipeline (httpx, the parsers: ~200 modules) for one rare
+    # command; every other command stays quick to start.
+    from crawler.recover import recover
+
+    shards = count_flag("shards", args.shards, "--shards")
+    client = redis_client(args.redis_url)
+    store = open_store(args.store)
+    try:
+        done = recover(client, store, args.job, shards=shards)
+    finally:
+        store.close()
+    cycle = f" cycle {done.cycle}," if done.cycle else ""
+    print(f"job {args.job}: rebuilt from {redact(args.store)}:{cycle} {done.stored} stored pages, "
+          f"{done.seen} marked seen, {done.not_due} not due, {done.queued} URLs queued; status {done.status}")
+    return 0
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    client = redis_client(args.redis_url)
+    control.stop(client, args.job, by=requester())
+    print(f"job {args.job}: stopped")
+    return 0
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    client = redis_client(args.redis_url)
+    was = jobs.status(client, args.job)["status"]
+    now = control.pause(client, args.job, by=requester())
+    note = "" if now == jobs.PAUSED else f" (was {was}: only a running or waiting job pauses)"
+    print(f"job {args.job}: {now}{note}")
+    return 0 if now == jobs.PAUSED else 1
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    client = redis_client(args.redis_url)
+    was = jobs.status(client, args.job)["status"]
+    now = control.resume(client, args.job, by=requester())
+    print(f"job {args.job}: {now}" + ("" if was == jobs.PAUSED else " (it was not paused)"))
+    return 0 if was == jobs.PAUSED else 1
+
+def cmd_set(args: argparse.Namespace) -> int:
+    """Change runtime settings of a running job, or one host's override."""
+    client = redis_client(args.redis_url)
+    pairs: dict[str, str] = {}
+    for item in args.pairs:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"not KEY=VALUE: {item!r}")
+        pairs[key.strip().replace("-", "_")] = value
+    if args.host:
+        if args.clear:
+            gone = control.clear_host_override(client, args.job, args.host, by=requester())
+            print(f"job {args.job}: {args.host}: " + ("the job's settings apply again" if gone else "had no override"))
+            return 0
+        unknown = set(pairs) - {"delay", "per_host"}
+        if unknown:
+            raise ConfigError(f"a host takes delay=SECONDS and/or per_host=N, not {', '.join(sorted(unknown))}")
+        got = control.set_host_override(client, args.job, args.host, pairs.get("delay"), pairs.get("per_host"),
+                                        by=requester())
+        print(f"job {args.job}: {got['host']}: " + ", ".join(f"{k} {v}" for k, v in got["override"].items()))
+        return 0
+    if args.clear:
+        raise ConfigError("--clear needs --host HOST")
+    changed = control.set_settings(client, args.job, pairs, by=requester())["changed"]
+    if not changed:
+        print(f"job {args.job}: nothing changed")
+    for name, (old, new) in changed.items():
+        print(f"job {args.job}: {name} {old!r} -> {new!r} (workers apply it within 5 s)")
+    return 0
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    client = redis_client(args.redis_url)
+    entries = control.logs(client, args.job, level=args.level, limit=args.lines)
+    for e in entries:
+        print(joblog.format_entry(e), flush=True)
+    if args.follow:
+        after = entries[-1]["id"] if entries else "$"
+        try:
+            for e in joblog.follow(client, args.job, after=after, level=args.level):
+                print(joblog.format_entry(e), flush=True)
+        except KeyboardInterrupt:
+            return 0
+    return 0
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    rows = control.list_jobs(redis_client(args.redis_url))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for row in rows:
+        made = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(row["created_at"]))
+        print(f"{row['id']:26} {row['status']:8} {made}  {row['stored']:>8} stored {row['open']:>8} open "
+              f"{row['errors']:>6} errors")
+    return 0
+
+def cmd_cycles(args: argparse.Namespace) -> int:
+    rows = jobs.cycles(redis_client(args.redis_url), args.job)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    cols = ("fetched", "new", "changed", "unchanged", "gone", "not_modified", "bytes")
+    heads = ("fetched", "new", "changed", "unchanged", "gone", "304s", "bytes")
+    print(f"{'cycle':>5}  {'started (UTC)':19}  {'ended':>8}  " + "  ".join(f"{h:>9}" for h in heads))
+    for row in rows:
+        start = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(row["started_at"]))
+        took = f"+{row['finished_at'] - row['started_at']:.1f}s" if row["finished_at"] else "running"
+        print(f"{row['cycle']:>5}  {start:19}  {took:>8}  " + "  ".join(f"{row[c]:>9}" for c in cols))
+    return 0
+
+def cmd_shards(args: argparse.Namespace) -> int:
+    count = int(parse_text("shards", args.count, "N"))
+    client = redis_client(args.redis_url)
+    targets = args.job or jobs.active(client)
+    if not targets:
+        print("no running job to reshard (give --job JOB)")
+        return 1
+    for job_id in targets:
+        moved = set_shards(client, job_id, count)
+        share = moved.hosts / moved.hosts_total if moved.hosts_total else 0.0
+        print(f"job {job_id}: {count} shards; {moved.hosts} of {moved.hosts_total} hosts moved ({share:.0%}), "
+              f"{moved.records} records rewritten, {moved.messages} messages requeued")
+    print(f"start workers for shard-0 .. shard-{count - 1} (celery -A crawler worker -Q shard-N)")
+    return 0
+
+
+def register(sub: Subparsers) -> None:
+    st = command(sub, "status", cmd_status, "a job's state and counters", job=True, json=True)
+    st.add_argument("--wait", action="store_true", help="return when the job is done")
+    st.add_argument("--timeout", type=float, default=0, help="with --wait: give up after N seconds")
+    st.add_argument("--hosts", action="store_true", help="each host's current delay, in flight and queued")
+
+    dl = command(sub, "deadlinks", cmd_deadlinks, "404/410 pages of a job and the pages that link to them",
+                 job=True, json=True)
+    dl.add_argument("--store", help="store URL (default: the job's)")
+
+    command(sub, "reset-seen", cmd_reset_seen, "forget which URLs a job has seen (its Bloom filter or set)", job=True)
+
+    rc = command(sub, "recover", cmd_recover, "rebuild a job that Redis lost from its store (pages, definition)",
+                 job=True)
+    rc.add_argument("--store", required=True, help="the job's store URL, e.g. sqlite:///data/crawl.db")
+    rc.add_argument("--shards", metavar="N",
+                    help="the job's shard count if `shards set` changed it (default: submitted)")
+
+    se = command(sub, "set", cmd_set, "change a running job's settings (workers apply them within 5 s), or one "
+                                      "host's delay and in-flight limit", job=True)
+    se.add_argument("pairs", nargs="*", metavar="KEY=VALUE",
+                    help=f"runtime settings: {', '.join(control.RUNTIME)}; with --host: delay, per_host")
+    se.add_argument("--host", help="set (or --clear) this host's own delay=SECONDS and/or per_host=N")
+    se.add_argument("--clear", action="store_true", help="with --host: the job's settings apply to it again")
+
+    lg = command(sub, "logs", cmd_logs, "a job's central log: warnings, errors and events from every worker",
+                 job=True)
+    lg.add_argument("-f", "--follow", action="store_true", help="keep printing entries as they arrive")
+    lg.add_argument("--level", default="INFO", help="the least level shown (DEBUG, INFO, WARNING, ERROR)")
+    lg.add_argument("-n", "--lines", type=int, default=100, help="entries shown before following (default 100)")
+
+    command(sub, "jobs", cmd_jobs, "the jobs Redis knows, newest first", json=True)
+    command(sub, "stop", cmd_stop, "dispatch nothing more for a job and end its schedule", job=True)
+    command(sub, "pause", cmd_pause, "dispatch nothing (and start no cycle) until resume", job=True)
+    command(sub, "resume", cmd_resume, "undo pause", job=True)
+    command(sub, "cycles", cmd_cycles, "per cycle of a periodic job: start, end, fetched, new, changed, ...",
+            job=True, json=True)
+
+    sh = sub.add_parser("shards", help="change the shard count of running jobs")
+    shs = sh.add_subparsers(dest="action", required=True)
+    sset = command(shs, "set", cmd_shards, "give running jobs N shards; only the hosts whose shard changed move")
+    sset.add_argument("count", metavar="N")
+    sset.add_argument("--job", action="append", help="only this job (repeatable; default: every running job)")
