@@ -4,7 +4,8 @@ A page that links to itself under a fresh token (``/s?state=8f3a...``) makes a n
 visit, and tiny pages never trip the near-duplicate rule. Such links are grouped by their host,
 path and query with the token values blanked (``urls.token_shape``); only links found on a page
 that itself carries a token on the same host count against the group (list pages linking to
-items by opaque id are not the trap: their items stay uncapped). Each group admits ``cap``
+items by opaque id are not the trap: their items stay uncapped; a page that is itself a
+variant of the link's path and parameters counts too). Each group admits ``cap``
 distinct URLs, remembered by digest, so a batch delivered twice gets the same answer; a link
 refused here is not marked seen and may still be admitted from a page without a token.
 """
@@ -28,13 +29,23 @@ def _digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
+def _names(url: str) -> tuple[str, list[str]]:
+    """A URL's path and its query's parameter names: what variants of one page share."""
+    head, _, query = url.partition("?")
+    return head, sorted(p.split("=", 1)[0] for p in query.split("&")) if query else []
+
+
 def trap_candidates(links: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """(url, shape) of the (url, referrer) pairs that count against a group: the URL has token
-    values and so does its referrer, on the same host."""
+    values, and its referrer, on the same host, has some too or is a variant of the same path
+    and parameters (a token that passed for a word there must not let its page's links go
+    uncounted)."""
     out = []
     for url, referrer in links:
         shape = token_shape(url)
-        if shape is None or not referrer or token_shape(referrer) is None or host_key(referrer) != host_key(url):
+        if shape is None or not referrer or host_key(referrer) != host_key(url):
+            continue
+        if token_shape(referrer) is None and _names(referrer) != _names(url):
             continue
         out.append((url, shape))
     return out
