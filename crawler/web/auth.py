@@ -12,6 +12,12 @@ with permission. Basic auth credentials the browser remembers are therefore no u
 site, and the ``Origin`` / ``Sec-Fetch-Site`` check refuses the rest (a same-site subdomain, an
 old browser) in one more place. A JSON content type rather than a custom header keeps ``curl``
 use plain (``-H 'Content-Type: application/json'``), which any JSON client sends anyway.
+
+Host names (DNS rebinding): a page on ``evil.example`` whose name the attacker re-points at
+127.0.0.1 is, to the browser, the same origin as the console it now reaches, so the ``Origin``
+check passes and its scripts read every answer. The browser still sends ``Host: evil.example``:
+the console answers only the names it serves (``Hosts``), loopback ones, the address it listens
+on, and ``CRAWLER_WEB_ALLOWED_HOSTS``.
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ import binascii
 import hmac
 import ipaddress
 import os
-from collections.abc import Mapping
+import re
+import socket
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from crawler.errors import ConfigError
@@ -95,6 +103,71 @@ def allowed_origins(env: Mapping[str, str] | None = None) -> frozenset[str]:
     (comma-separated), for a console behind a TLS proxy (https://console.example)."""
     raw = (os.environ if env is None else env).get("CRAWLER_WEB_ORIGINS", "")
     return frozenset(o.strip().rstrip("/").lower() for o in raw.split(",") if o.strip())
+
+
+def allowed_hosts(env: Mapping[str, str] | None = None) -> frozenset[str]:
+    """Host names besides loopback ones and the listen address that the console answers to:
+    ``CRAWLER_WEB_ALLOWED_HOSTS`` (comma-separated; ``name`` for any port, ``name:port`` for one),
+    for a reverse proxy that passes the client's ``Host`` on (console.example)."""
+    raw = (os.environ if env is None else env).get("CRAWLER_WEB_ALLOWED_HOSTS", "")
+    return frozenset(h.strip().lower() for h in raw.split(",") if h.strip())
+
+
+_HOST = re.compile(r"(?P<name>[a-z0-9_.-]+|\[[0-9a-f:.]+\])(?::(?P<port>[0-9]{1,5}))?")
+_WILDCARDS = ("", "0.0.0.0", "::")
+
+
+def split_host(value: str) -> tuple[str, str] | None:
+    """A ``Host`` header as (name, port), brackets kept on an IPv6 address and the port "" when
+    absent; None for anything a browser would not send."""
+    m = _HOST.fullmatch(value.strip().lower())
+    return (m["name"], m["port"] or "") if m else None
+
+
+def _local_addresses() -> list[str]:
+    # Every address of every interface: what a console listening on all of them serves. No DNS.
+    import psutil
+
+    return [a.address.split("%", 1)[0] for addrs in psutil.net_if_addrs().values() for a in addrs
+            if a.family in (socket.AF_INET, socket.AF_INET6)]
+
+
+@dataclass(frozen=True)
+class Hosts:
+    """The ``Host`` values the console answers: loopback names (localhost, 127.x, [::1]) always,
+    ``names`` on any port, ``exact`` (name:port) on that port only."""
+
+    names: frozenset[str] = frozenset()
+    exact: frozenset[str] = frozenset()
+
+    @classmethod
+    def serving(cls, listen: str | None = None, allowed: Iterable[str] = ()) -> Hosts:
+        """The hosts of a console listening on ``listen`` (None: loopback only; a wildcard such
+        as 0.0.0.0: every local interface's address), plus ``allowed`` (``allowed_hosts``)."""
+        names: set[str] = set()
+        exact: set[str] = set()
+        listens = [] if listen is None else _local_addresses() if listen.strip() in _WILDCARDS else [listen]
+        for address in listens:
+            bare = address.strip().strip("[]").lower()
+            names.add(f"[{bare}]" if ":" in bare else bare)
+        for entry in allowed:
+            parts = split_host(entry)
+            if parts is None:
+                raise ConfigError(f"CRAWLER_WEB_ALLOWED_HOSTS: {entry[:100]!r} is not a host name (name or name:port)")
+            name, port = parts
+            if port:
+                exact.add(f"{name}:{port}")
+            else:
+                names.add(name)
+        return cls(frozenset(names), frozenset(exact))
+
+    def allows(self, host: str) -> bool:
+        """Whether a request's ``Host`` header value names this console ("" never does)."""
+        parts = split_host(host)
+        if parts is None:
+            return False
+        name, port = parts
+        return is_loopback(name) or name in self.names or f"{name}:{port}" in self.exact
 
 
 def cross_site_refusal(method: str, headers: Mapping[str, str], scheme: str, host: str,

@@ -18,13 +18,14 @@ def document(version: str) -> dict[str, Any]:
             "summary": e.summary,
             "operationId": e.method.lower() + "_" + re.sub(r"[^a-z0-9]+", "_", e.path.lower()).strip("_"),
             "responses": {str(e.status): {"description": "OK", "content": {"application/json": {"schema": e.result}}},
-                          "400": _ERROR, "401": _ERROR, "403": _ERROR, "404": _ERROR},
+                          "400": _ERROR, "401": _ERROR, "403": _ERROR, "404": _ERROR, "421": _ERROR},
         }
         if e.params:
             op["parameters"] = [{"name": p.name, "in": p.where, "required": p.where == "path",
                                  "description": p.doc, "schema": {"type": p.kind}} for p in e.params]
         if e.body is not None:
             op["requestBody"] = {"required": True, "content": {"application/json": {"schema": e.body}}}
+            op["responses"]["413"] = _ERROR
         paths.setdefault(e.path, {})[e.method.lower()] = op
     paths["/api/jobs/{job}/events"] = {"get": {
         "summary": "Server-sent events: 'status' (the job's status) every 2 s and 'log' for each new log entry",
@@ -42,7 +43,9 @@ def document(version: str) -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "crawler console API", "version": version,
                  "description": "Steer crawls: the functions the crawler command line calls. State-changing "
-                                "calls need Content-Type: application/json and a same-origin request."},
+                                "calls need Content-Type: application/json and a same-origin request. "
+                                "A Host the console does not serve gets 421 (CRAWLER_WEB_ALLOWED_HOSTS); "
+                                "a request body over 1 MiB gets 413."},
         "paths": paths,
         "components": {
             "schemas": {"Error": {"type": "object", "required": ["error"],

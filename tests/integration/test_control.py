@@ -15,7 +15,7 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from crawler import control, joblog, jobs
+from crawler import control, joblog, jobs, nodes
 from crawler.errors import ConfigError, JobNotFound
 from crawler.frontier import Entry, Frontier, HostOverride
 from crawler.settings import SettingError, Settings
@@ -173,7 +173,10 @@ def test_metrics_are_prometheus_text_and_logs_carry_worker_errors(r: redis.Redis
     (entry,) = [e for e in control.logs(r, job, level="ERROR")]
     assert entry["event"] == "log" and "parse raised" in entry["message"]
     assert "ValueError" in entry["message"] and "hunter2" not in entry["message"]
+    nodes.record_heartbeat(r, "w0@h", shards=[0], interval=2.0)
     families = {f.name: f for f in text_string_to_metric_families(control.metrics(r))}
+    assert {f.type for f in families.values()} <= {"counter", "gauge"}  # never "unknown": each family whole
+    assert [s.name for s in families["crawler_node_up"].samples] == ["crawler_node_up"]
     pages = {s.labels["job"]: s.value for s in families["crawler_job_pages"].samples}
     assert pages[job] == 3
     errors = [s for s in families["crawler_job_errors"].samples if s.labels["job"] == job]

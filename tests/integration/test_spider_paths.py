@@ -69,7 +69,7 @@ def layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Layout:
 
 @pytest.fixture
 def client(r: redis.Redis) -> Iterator[TestClient]:
-    with TestClient(create_app(r, event_interval=0.2)) as c:
+    with TestClient(create_app(r, event_interval=0.2), base_url="http://127.0.0.1") as c:
         yield c
 
 

@@ -31,7 +31,8 @@ ALL = "shard-0,shard-1"
 
 @pytest.fixture
 def client(r: redis.Redis) -> Iterator[TestClient]:
-    with TestClient(create_app(r, event_interval=0.2)) as c:
+    # A loopback base URL: the app answers only Host names it serves, and "testserver" is none.
+    with TestClient(create_app(r, event_interval=0.2), base_url="http://127.0.0.1") as c:
         yield c
 
 
@@ -137,6 +138,7 @@ def test_openapi_metrics_console_files(client: TestClient, tmp_path: Path) -> No
     res = client.get("/metrics")
     assert res.headers["content-type"].startswith("text/plain")
     families = {f.name: f for f in text_string_to_metric_families(res.text)}
+    assert {f.type for f in families.values()} <= {"counter", "gauge"}
     pages = families["crawler_job_pages"].samples
     assert [(s.labels["job"], s.value) for s in pages] == [(job, 0.0)]
 
@@ -174,12 +176,12 @@ def test_cross_site_state_changes_are_refused(client: TestClient, tmp_path: Path
         assert set(res.json()) == {"error"}
     assert client.get(f"/api/jobs/{job}").json()["status"] == jobs.RUNNING
     # Reading stays open to the console's own page; its own origin may change things.
-    res = client.post(pause, headers={**JSON, "Origin": "http://testserver", "Sec-Fetch-Site": "same-origin"})
+    res = client.post(pause, headers={**JSON, "Origin": "http://127.0.0.1", "Sec-Fetch-Site": "same-origin"})
     assert res.status_code == 200 and res.json()["status"] == jobs.PAUSED
 
 
 def test_auth_token_and_basic(r: redis.Redis) -> None:
-    with TestClient(create_app(r, Auth(token="s3cret-token"))) as c:
+    with TestClient(create_app(r, Auth(token="s3cret-token")), base_url="http://127.0.0.1") as c:
         res = c.get("/api/jobs")
         assert res.status_code == 401 and res.json() == {"error": "authentication required"}
         assert res.headers["WWW-Authenticate"].startswith("Bearer")
@@ -193,7 +195,7 @@ def test_auth_token_and_basic(r: redis.Redis) -> None:
     def basic(user: str, pw: str) -> dict[str, str]:
         return {"Authorization": "Basic " + base64.b64encode(f"{user}:{pw}".encode()).decode()}
 
-    with TestClient(create_app(r, Auth(user="ops", password="pw:with:colons"))) as c:
+    with TestClient(create_app(r, Auth(user="ops", password="pw:with:colons")), base_url="http://127.0.0.1") as c:
         res = c.get("/")
         assert res.status_code == 401 and res.headers["WWW-Authenticate"].startswith("Basic")
         assert c.get("/api/jobs", headers=basic("ops", "pw")).status_code == 401
