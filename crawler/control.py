@@ -15,17 +15,22 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
 
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from redis import Redis
 from redis.exceptions import WatchError
 
 from crawler import joblog, jobs, keys, nodes
+from crawler.dedup.bloom import BloomSeen
 from crawler.errors import ConfigError, JobNotFound
-from crawler.frontier import Frontier, HostOverride, HostStats, takeover
+from crawler.frontier import Frontier, HostOverride, HostStats, liveshards, takeover
 from crawler.lru import LRU
 from crawler.redact import has_password, redact, redact_settings
+from crawler.redisconn import check_version, connect
 from crawler.render.browser import RenderUnavailable, chromium_path
 from crawler.render.decide import decisions as render_decisions
 from crawler.settings import SettingError, Settings, parse_text
@@ -42,6 +47,21 @@ HOST_SORTS = ("host", "queued", "inflight", "delay", "fetched", "errors", "admit
 _HOST_RE = re.compile(r"[a-z0-9.\-\[\]:_]{1,300}")
 HOSTS_SNAPSHOT_AGE = 2.0  # seconds one computed host table serves every page and sort of it
 _host_tables: LRU[str, tuple[float, list[HostStats]]] = LRU(32)
+
+
+# A job's states, as its status reports them.
+RUNNING, PAUSED, WAITING, FINISHED = jobs.RUNNING, jobs.PAUSED, jobs.WAITING, jobs.FINISHED
+
+
+def client(url: str) -> Redis:
+    """A client for the crawler's Redis at ``url`` (timeouts as every client's), its server's
+    version checked; ConfigError for a URL redis-py cannot read."""
+    try:
+        got = connect(url)
+    except ValueError as exc:  # redis-py's verdict on the URL's form
+        raise ConfigError(str(exc)) from exc
+    check_version(got)
+    return got
 
 
 def _exists(r: Redis, job_id: str) -> None:
@@ -112,8 +132,21 @@ def submit(r: Redis, values: Mapping[str, Any], seeds: list[str], by: str = "") 
     return jobs.submit(r, settings, seeds, by=by), warnings
 
 
-def status(r: Redis, job_id: str) -> dict[str, Any]:
-    return jobs.status(r, job_id)
+def status(r: Redis, job_id: str, with_hosts: bool = False) -> dict[str, Any]:
+    """A job's state and counters (``jobs.status``), its shards (live, down and taken over,
+    ``shards``) and, with ``with_hosts``, every host's delay, requests in flight and queue."""
+    st = jobs.status(r, job_id)
+    st["shards"] = takeover.shard_states(r, json.loads(st["settings"])["shards"])
+    if with_hosts:
+        st["hosts"] = jobs.hosts(r, job_id)
+    return st
+
+
+def shard_lines(r: Redis, states: list[dict[str, Any]], heard_any: bool | None = None) -> list[str]:
+    """What an operator reads of ``states`` (shards down, taken over, not yet heard from);
+    ``heard_any`` (default: whether any worker has sent a heartbeat) words the unheard ones."""
+    heard = bool(nodes.nodes(r)) if heard_any is None else heard_any
+    return takeover.describe(states, heard_any=heard)
 
 
 def pause(r: Redis, job_id: str, by: str = "") -> str:
@@ -321,16 +354,88 @@ def _number(name: str, value: Any, kind: type, low: float) -> float:
 # -- the rest of a job's picture -------------------------------------------------------------
 
 def nodes_status(r: Redis) -> list[dict[str, Any]]:
-    return nodes.nodes(r)
+    """Every node that sent a heartbeat, with ``taken_over``: its shards backups serve now."""
+    rows = nodes.nodes(r)
+    down = liveshards.read(r).shards()
+    for n in rows:
+        n["taken_over"] = sorted(down & set(n["shards"]))
+    return rows
 
 
 def shards(r: Redis, job_id: str) -> list[dict[str, Any]]:
     return takeover.shard_states(r, jobs.load(r, job_id).settings.shards)
 
 
+def all_shards(r: Redis, max_jobs: int = 50) -> list[dict[str, Any]]:
+    """Every shard any node serves or any of the newest ``max_jobs`` jobs was given: live, down
+    (taken over) or not yet heard from."""
+    known = {s for n in nodes.nodes(r) for s in n.get("shards", [])} | liveshards.read(r).shards()
+    for row in list_jobs(r, limit=max_jobs):
+        try:
+            known.add(jobs.load(r, row["id"]).settings.shards - 1)
+        except JobNotFound:
+            continue  # purged meanwhile
+    return takeover.shard_states(r, max(known, default=-1) + 1)
+
+
 def cycles(r: Redis, job_id: str) -> list[dict[str, Any]]:
     _exists(r, job_id)
     return jobs.cycles(r, job_id)
+
+
+def reset_seen(r: Redis, job_id: str, by: str = "") -> int:
+    """Forget which URLs the job has seen (its Bloom filter or exact set). Returns keys deleted."""
+    _exists(r, job_id)
+    deleted = BloomSeen(r, job_id).reset() + Frontier(r).clear_seen(job_id)
+    joblog.log_event(r, job_id, "seen_reset", f"seen-set cleared ({deleted} keys)", by=by)
+    return deleted
+
+
+def set_shards(r: Redis, count: int, job_ids: list[str] | None = None, by: str = "") -> list[dict[str, Any]]:
+    """Give the jobs (default: every running one) ``count`` shards; only the hosts whose shard
+    changed move. Per job: its id and what moved (hosts, of how many, records, messages)."""
+    out = []
+    for job_id in job_ids or jobs.active(r):
+        _exists(r, job_id)
+        moved = jobs.set_shards(r, job_id, count)
+        joblog.log_event(r, job_id, "resharded", f"{count} shards: {moved.hosts} of {moved.hosts_total} hosts moved",
+                         by=by)
+        out.append({"job": job_id, "shards": count, **asdict(moved)})
+    return out
+
+
+def follow_logs(r: Redis, job_id: str, after: str = "$", level: str = "INFO") -> Iterator[dict[str, Any]]:
+    """The job's log entries as they arrive, after ``after`` ("$": from now), for ever."""
+    _exists(r, job_id)
+    return joblog.follow(r, job_id, after=after, level=level)
+
+
+format_log_entry = joblog.format_entry
+
+
+def shards_overview(r: Redis, node_rows: list[dict[str, Any]]) -> list[str]:
+    """Lines on every shard the nodes serve or that is down, for ``crawler nodes``."""
+    known = {s for n in node_rows for s in n["shards"]} | liveshards.read(r).shards()
+    return takeover.describe(takeover.shard_states(r, max(known, default=-1) + 1), heard_any=False)
+
+
+@contextmanager
+def stored(store_url: str) -> Iterator[PageStore]:
+    """The store at ``store_url``, open for reading while the block runs (``crawler export``)."""
+    store = open_store(store_url)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def all_dead_links(r: Redis, job_id: str, store_url: str | None = None) -> list[dict[str, Any]]:
+    """Every 404/410 page of the job with the pages linking to it (``dead_links`` pages them)."""
+    store = _store_of(r, job_id, store_url)
+    try:
+        return [{"url": u, "status": s, "linked_from": refs} for u, s, refs in store.dead_links(job_id)]
+    finally:
+        store.close()
 
 
 def _store_of(r: Redis, job_id: str, store_url: str | None) -> PageStore:
@@ -368,6 +473,12 @@ def items(r: Redis, job_id: str, offset: int = 0, limit: int = 100,
     return _store_rows(r, job_id, store_url, lambda store: store.items(job_id), offset, limit)
 
 
+def content(r: Redis, job_id: str, offset: int = 0, limit: int = 100,
+            store_url: str | None = None) -> list[dict[str, Any]]:
+    """Stored main texts (``--extract``) of the job's pages."""
+    return _store_rows(r, job_id, store_url, lambda store: store.content(job_id), offset, limit)
+
+
 def logs(r: Redis, job_id: str, after: str = "", level: str = "INFO", limit: int = 100) -> list[dict[str, Any]]:
     """The job's central log at ``level`` and above: the newest ``limit`` entries, or with
     ``after`` (an entry id) those that came after it."""
@@ -381,16 +492,52 @@ def logs(r: Redis, job_id: str, after: str = "", level: str = "INFO", limit: int
 
 # -- metrics ---------------------------------------------------------------------------------
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+_JOB_GAUGES = (("crawler_job_queued", "URLs admitted and not yet stored (queued or in flight).", "open"),
+               ("crawler_job_inflight", "Requests under way.", "inflight"),
+               ("crawler_job_held", "Pages fetched and waiting for parse and store.", "held"))
+
+
+class _CrawlCollector:
+    """The families ``metrics`` exposes, from job statuses and node rows already read: each
+    family whole, its samples together, as the exposition format requires."""
+
+    def __init__(self, per_job: list[tuple[str, dict[str, Any]]], node_rows: list[dict[str, Any]]) -> None:
+        self.per_job = per_job
+        self.node_rows = node_rows
+
+    def collect(self) -> Iterator[Metric]:
+        # prometheus_client adds the ``_total`` of a counter's samples itself: the names exposed
+        # stay crawler_job_pages_total, crawler_job_errors_total, crawler_node_pages_total.
+        pages = CounterMetricFamily("crawler_job_pages", "Pages stored by the job.", labels=["job"])
+        errors = CounterMetricFamily("crawler_job_errors", "Fetches that ended in an error, by reason.",
+                                     labels=["job", "reason"])
+        gauges = [GaugeMetricFamily(name, help_text, labels=["job"]) for name, help_text, _ in _JOB_GAUGES]
+        running = GaugeMetricFamily("crawler_job_running", "Whether the job is running (1) or not (0).",
+                                    labels=["job", "status"])
+        other = GaugeMetricFamily("crawler_job_counter", "Every other counter of the job.", labels=["job", "name"])
+        for job_id, st in self.per_job:
+            counters = st["counters"]
+            pages.add_metric([job_id], counters.get("stored", 0))
+            for (_, _, counter), family in zip(_JOB_GAUGES, gauges, strict=True):
+                family.add_metric([job_id], counters.get(counter, 0))
+            running.add_metric([job_id, st["status"]], int(st["status"] == jobs.RUNNING))
+            for k, v in counters.items():
+                if k.startswith("error:"):
+                    errors.add_metric([job_id, k[6:]], v)
+                elif k not in ("stored", "open", "inflight", "held"):
+                    other.add_metric([job_id, k], v)
+        node_pages = CounterMetricFamily("crawler_node_pages", "Pages a worker node fetched.", labels=["node"])
+        node_up = GaugeMetricFamily("crawler_node_up", "Whether the node's heartbeats arrive (1) or not (0).",
+                                    labels=["node"])
+        for n in self.node_rows:
+            node_pages.add_metric([str(n["node"])], int(n.get("fetched") or 0))
+            node_up.add_metric([str(n["node"])], int(n.get("state") == "alive"))
+        yield from (pages, errors, *gauges, running, other, node_pages, node_up)
 
 
 def metrics(r: Redis, max_jobs: int = 50) -> str:
     """The Prometheus text exposition of every running job and the newest others (``max_jobs``
     in all), and every node."""
-    lines = [
-        "# HELP crawler_job_pages_total Pages stored by the job.", "# TYPE crawler_job_pages_total counter",
-    ]
     per_job: list[tuple[str, dict[str, Any]]] = []
     active = set(jobs.active(r))
     for job_id in sorted(active) + [j for j in jobs.known(r) if j not in active][:max(0, max_jobs - len(active))]:
@@ -398,36 +545,8 @@ def metrics(r: Redis, max_jobs: int = 50) -> str:
             per_job.append((job_id, jobs.status(r, job_id)))
         except JobNotFound:
             continue
-    for job_id, st in per_job:
-        lines.append(f'crawler_job_pages_total{{job="{_label(job_id)}"}} {st["counters"].get("stored", 0)}')
-    lines += ["# HELP crawler_job_errors_total Fetches that ended in an error, by reason.",
-              "# TYPE crawler_job_errors_total counter"]
-    for job_id, st in per_job:
-        for k, v in st["counters"].items():
-            if k.startswith("error:"):
-                lines.append(f'crawler_job_errors_total{{job="{_label(job_id)}",reason="{_label(k[6:])}"}} {v}')
-    gauges = (("crawler_job_queued", "URLs admitted and not yet stored (queued or in flight).", "open"),
-              ("crawler_job_inflight", "Requests under way.", "inflight"),
-              ("crawler_job_held", "Pages fetched and waiting for parse and store.", "held"))
-    for name, help_text, counter in gauges:
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
-        for job_id, st in per_job:
-            lines.append(f'{name}{{job="{_label(job_id)}"}} {st["counters"].get(counter, 0)}')
-    lines += ["# HELP crawler_job_running Whether the job is running (1) or not (0).",
-              "# TYPE crawler_job_running gauge"]
-    for job_id, st in per_job:
-        lines.append(f'crawler_job_running{{job="{_label(job_id)}",status="{_label(st["status"])}"}} '
-                     f'{int(st["status"] == jobs.RUNNING)}')
-    lines += ["# HELP crawler_job_counter Every other counter of the job.", "# TYPE crawler_job_counter gauge"]
-    for job_id, st in per_job:
-        for k, v in st["counters"].items():
-            if not k.startswith("error:") and k not in ("stored", "open", "inflight", "held"):
-                lines.append(f'crawler_job_counter{{job="{_label(job_id)}",name="{_label(k)}"}} {v}')
-    lines += ["# HELP crawler_node_pages_total Pages a worker node fetched.", "# TYPE crawler_node_pages_total counter",
-              "# HELP crawler_node_up Whether the node's heartbeats arrive (1) or not (0).",
-              "# TYPE crawler_node_up gauge"]
-    for n in nodes.nodes(r):
-        name = _label(str(n["node"]))
-        lines.append(f'crawler_node_pages_total{{node="{name}"}} {int(n.get("fetched") or 0)}')
-        lines.append(f'crawler_node_up{{node="{name}"}} {int(n.get("state") == "alive")}')
-    return "\n".join(lines) + "\n"
+    # A registry of its own: the process-global one would carry the process's own metrics, and
+    # would keep this collector registered between scrapes.
+    registry = CollectorRegistry()
+    registry.register(_CrawlCollector(per_job, nodes.nodes(r)))
+    return generate_latest(registry).decode()

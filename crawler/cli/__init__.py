@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     print(redact(f"crawler {args.command}: {line}"), file=sys.stderr)
     return code
 
+
 def _crawler_error(exc: CrawlerError) -> tuple[str, int]:
     """The line and exit status for one of the crawler's own errors: 2 for input that cannot be
     used (a setting, flag, seed, store URL or job id), 1 for a failure along the way."""

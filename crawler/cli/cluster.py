@@ -6,18 +6,14 @@ import argparse
 import json
 import sys
 
-from crawler import nodes
-from crawler.cli.common import Subparsers, command, redis_client
+from crawler import control
+from crawler.cli.common import LOCAL, Subparsers, command, redis_client
 from crawler.errors import ConfigError
-from crawler.frontier import liveshards, takeover
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
     client = redis_client(args.redis_url)
-    rows = nodes.nodes(client)
-    down = liveshards.read(client).shards()
-    for n in rows:
-        n["taken_over"] = sorted(down & set(n["shards"]))  # its shards now served by backups
+    rows = control.nodes_status(client)  # with taken_over: its shards now served by backups
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -30,10 +26,10 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         note = f" (shard {','.join(map(str, n['taken_over']))} taken over)" if n["taken_over"] else ""
         print(f"{n['node']:32} {n['pid']:>7} {shards:12} {n['age']:>12.1f}s {n['fetched']:>9} "
               f"{n['pages_per_s']:>8.1f}  {n['state']}{note}")
-    known = {s for n in rows for s in n["shards"]} | down
-    for line in takeover.describe(takeover.shard_states(client, max(known, default=-1) + 1), heard_any=False):
+    for line in control.shards_overview(client, rows):
         print(line)
     return 0
+
 
 def cmd_web(args: argparse.Namespace) -> int:
     # Lazy: the web server's modules load only for this command.
@@ -48,10 +44,17 @@ def cmd_web(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_metrics(args: argparse.Namespace) -> int:
+    sys.stdout.write(control.metrics(redis_client(args.redis_url)))
+    return 0
+
+
 def register(sub: Subparsers) -> None:
+    command(sub, "metrics", cmd_metrics, "every job's and node's figures as Prometheus text (what /metrics serves)")
     command(sub, "nodes", cmd_nodes, "every worker: pid, shards, last heartbeat, pages fetched, pages/s, state",
             json=True)
     w = command(sub, "web", cmd_web, "the console and REST API in a browser (auth from CRAWLER_WEB_TOKEN, or "
-                                     "CRAWLER_WEB_USER and CRAWLER_WEB_PASSWORD; required off loopback)")
+                                     "CRAWLER_WEB_USER and CRAWLER_WEB_PASSWORD; required off loopback)",
+                operation=LOCAL)
     w.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     w.add_argument("--port", type=int, default=8089, help="port (default 8089)")

@@ -12,9 +12,8 @@ from typing import Any, NoReturn
 
 import redis
 
+from crawler import control
 from crawler.celeryapp.config import redis_url
-from crawler.errors import ConfigError
-from crawler.redisconn import check_version, connect
 from crawler.settings import Settings, parse_text
 
 Handler = Callable[[argparse.Namespace], int]
@@ -27,17 +26,24 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {one_line(message)} (see {self.prog} --help)\n")
 
+
 def one_line(message: str, limit: int = 300) -> str:
     # Messages may quote what the user gave: keep them one readable line whatever it held.
     message = message.replace("\r", "\\r").replace("\n", "\\n")
     return message if len(message) <= limit else message[: limit - 3] + "..."
 
 
+LOCAL = ""  # a command that acts on this machine (a crawl, a server, a file), not on the cluster
+
+
 def command(sub: Subparsers, name: str, handler: Handler, help: str | None, *, job: bool = False,
-            json: bool = False, redis: bool = True) -> argparse.ArgumentParser:
+            json: bool = False, redis: bool = True, operation: str | None = None) -> argparse.ArgumentParser:
     """A subcommand run by ``handler``, with the options most commands share: the job it acts
-    on, ``--json`` output, and the Redis to use."""
+    on, ``--json`` output, and the Redis to use. ``operation``: the operation of
+    ``crawler.control`` it is the face of (default: its name), the one the REST API serves too;
+    ``LOCAL`` for a command the API has no business with."""
     p: argparse.ArgumentParser = sub.add_parser(name, help=help)
+    p.set_defaults(operation=name if operation is None else operation)
     if job:
         p.add_argument("job")
     if json:
@@ -97,7 +103,9 @@ def job_flags(p: argparse.ArgumentParser) -> None:
                    help="keep the job's cookies, shared by its workers (on by itself for a spider that logs in)")
     p.add_argument("--redis-url", help="Redis to use (default: $CRAWLER_REDIS_URL, or a private one for crawl)")
 
+
 _TEXT_FLAGS = ("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards", "workers", "host_queue_cap")
+
 
 def job_settings(args: argparse.Namespace, **extra: Any) -> Settings:
     names = ("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards", "allow_domains",
@@ -110,23 +118,23 @@ def job_settings(args: argparse.Namespace, **extra: Any) -> Settings:
             given[name] = parse_text(name, given[name], "--" + name.replace("_", "-"))
     return Settings.from_env(**given)
 
+
 def count_flag(name: str, raw: str | None, flag: str) -> int | None:
     """A count flag outside the job flags (``shards set N``, ``recover --shards``), read and
     checked as the setting it names."""
     return None if raw is None else int(parse_text(name, raw, flag))
 
+
 def redis_client(url: str | None) -> redis.Redis:
-    try:
-        client = connect(url or redis_url())
-    except ValueError as exc:  # redis-py's verdict on the URL's form
-        raise ConfigError(str(exc)) from exc
-    check_version(client)
-    return client
+    """The Redis a command acts on: ``--redis-url``, else the environment's."""
+    return control.client(url or redis_url())
+
 
 def summary(st: dict[str, Any]) -> str:
     c = st.get("counters", {})
     errors = sum(v for k, v in c.items() if k.startswith("error:"))
     return f"{c.get('stored', 0)} pages stored, {errors} errors, {c.get('open', 0)} queued or in flight"
+
 
 def requester() -> str:
     """Who is asking, for the job's log: the local user on this host."""

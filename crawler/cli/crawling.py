@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from crawler import control
-from crawler.cli.common import Subparsers, command, job_flags, job_settings, redis_client, requester, summary
+from crawler.cli.common import LOCAL, Subparsers, command, job_flags, job_settings, redis_client, requester, summary
 from crawler.embedded import crawl
 from crawler.redact import redact
 from crawler.schedule import parse_duration
@@ -57,9 +57,11 @@ class ProgressLine:
         if self.tty:
             sys.stderr.write("\n")
 
+
 # One machine needs no shards to spread work: every worker of an embedded crawl consumes every
 # queue, and each shard more only multiplies the dedup tasks each parse sends (one per shard).
 EMBEDDED_SHARDS = "1"
+
 
 def cmd_crawl(args: argparse.Namespace) -> int:
     if args.shards is None and "CRAWLER_SHARDS" not in os.environ:
@@ -87,6 +89,7 @@ def cmd_crawl(args: argparse.Namespace) -> int:
         pass  # after SIGHUP the terminal may be gone; the status still says what happened
     return code
 
+
 def cmd_submit(args: argparse.Namespace) -> int:
     every = parse_duration(args.every) if args.every else None
     revisit = {name: parse_duration(getattr(args, name)) if getattr(args, name) else None
@@ -100,6 +103,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         print(f"crawler submit: warning: {w}", file=sys.stderr)
     print(job_id)
     return 0
+
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Serve the synthetic web on loopback and crawl it: the whole system, no network needed."""
@@ -116,7 +120,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     finally:
         web.stop()
 
+
 EXAMPLE_SPIDER = Path(__file__).resolve().parents[2] / "examples" / "catalogue_spider.py"
+
 
 def _demo_shop(args: argparse.Namespace) -> int:
     """Serve the test catalogue on loopback and crawl it with the example spider (or ``--spider``)."""
@@ -136,13 +142,15 @@ def _demo_shop(args: argparse.Namespace) -> int:
 
 
 def register(sub: Subparsers) -> None:
-    c = command(sub, "crawl", cmd_crawl, "crawl on this machine, nothing else to set up", redis=False)
+    c = command(sub, "crawl", cmd_crawl, "crawl on this machine, nothing else to set up", redis=False,
+                operation=LOCAL)
     job_flags(c)
     c.add_argument("--out", required=True, help="output directory (crawl.db, warc/, logs/)")
     c.add_argument("--workers", metavar="N", help="worker processes (default 2)")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
-    d = command(sub, "demo", cmd_demo, "crawl a synthetic web served on loopback (no network needed)", redis=False)
+    d = command(sub, "demo", cmd_demo, "crawl a synthetic web served on loopback (no network needed)", redis=False,
+                operation=LOCAL)
     d.add_argument("--out", default="crawl-out", help="output directory (default: crawl-out)")
     d.add_argument("--sites", type=int, default=5)
     d.add_argument("--pages", type=int, default=100)

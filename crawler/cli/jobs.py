@@ -8,15 +8,11 @@ import json
 import sys
 import time
 
-from crawler import control, joblog, jobs, nodes
+from crawler import control
 from crawler.cli.common import Subparsers, command, count_flag, redis_client, requester, summary
-from crawler.dedup.bloom import BloomSeen
 from crawler.errors import ConfigError
-from crawler.frontier import Frontier, takeover
-from crawler.jobs import set_shards
 from crawler.redact import redact
 from crawler.settings import parse_text
-from crawler.store import open_store
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -25,24 +21,21 @@ def cmd_status(args: argparse.Namespace) -> int:
     client = redis_client(args.redis_url)
     deadline = time.monotonic() + args.timeout if args.timeout else None
     while True:
-        st = jobs.status(client, args.job)
-        if not args.wait or st["status"] in (*jobs.FINISHED, jobs.WAITING):
+        st = control.status(client, args.job, with_hosts=args.hosts)
+        if not args.wait or st["status"] in (*control.FINISHED, control.WAITING):
             break
         if deadline and time.monotonic() > deadline:
             print(f"crawler status: job {args.job} still {st['status']} after {args.timeout}s", file=sys.stderr)
             return 2
         time.sleep(0.5)
-    hosts = jobs.hosts(client, args.job) if args.hosts else None
-    shard_states = takeover.shard_states(client, json.loads(st["settings"])["shards"])
     if args.json:
-        print(json.dumps({**st, "shards": shard_states, **({"hosts": hosts} if hosts is not None else {})},
-                         indent=2))
+        print(json.dumps(st, indent=2))
         return 0
     print(f"job {st['id']}: {st['status']}  ({summary(st)})")
     if st.get("error"):
         print(f"  error: {redact(st['error'])}")
     print(f"  queued: {st['queued_in_redis']} in Redis, {st['queued_in_store']} in the store")
-    for line in takeover.describe(shard_states, heard_any=bool(nodes.nodes(client))):
+    for line in control.shard_lines(client, st["shards"]):
         print(f"  {line}")
     for w in st.get("robots_wait", []):
         print(f"  waiting on robots.txt: {w['host']} ({w['reason']}) until "
@@ -56,52 +49,40 @@ def cmd_status(args: argparse.Namespace) -> int:
     c = st["counters"]
     if c.get("cache_lookups"):
         print(f"  {'local cache hit rate':24} {c.get('cache_hits', 0) / c['cache_lookups']:.1%}")
-    if hosts is not None:
+    if args.hosts:
         print(f"  {'host':40} {'delay s':>8} {'in flight':>9} {'queued':>7} {'in store':>8} {'render':>6}")
-        for h in hosts:
+        for h in st["hosts"]:
             print(f"  {h['host']:40} {h['delay']:8.3f} {h['inflight']:9d} {h['queued']:7d} {h['queued_in_store']:8d} "
                   f"{h['render'] or '-':>6}")
     return 0
 
+
 def cmd_deadlinks(args: argparse.Namespace) -> int:
-    client = redis_client(args.redis_url)
-    store_url = args.store or jobs.load(client, args.job).settings.store
-    store = open_store(store_url)
-    try:
-        for url, status, referrers in store.dead_links(args.job):
-            if args.json:
-                print(json.dumps({"url": url, "status": status, "linked_from": referrers}))
-            else:
-                print(f"{status} {url}")
-                for ref in referrers:
-                    print(f"      <- {ref}")
-    finally:
-        store.close()
+    for dead in control.all_dead_links(redis_client(args.redis_url), args.job, args.store):
+        if args.json:
+            print(json.dumps(dead))
+        else:
+            print(f"{dead['status']} {dead['url']}")
+            for ref in dead["linked_from"]:
+                print(f"      <- {ref}")
     return 0
 
+
 def cmd_reset_seen(args: argparse.Namespace) -> int:
-    client = redis_client(args.redis_url)
-    jobs.status(client, args.job)
-    deleted = BloomSeen(client, args.job).reset() + Frontier(client).clear_seen(args.job)
+    deleted = control.reset_seen(redis_client(args.redis_url), args.job, by=requester())
     print(f"job {args.job}: seen-set cleared ({deleted} keys)")
     return 0
 
-def cmd_recover(args: argparse.Namespace) -> int:
-    # Lazy: recovery loads the whole pipeline (httpx, the parsers: ~200 modules) for one rare
-    # command; every other command stays quick to start.
-    from crawler.recover import recover
 
+def cmd_recover(args: argparse.Namespace) -> int:
     shards = count_flag("shards", args.shards, "--shards")
-    client = redis_client(args.redis_url)
-    store = open_store(args.store)
-    try:
-        done = recover(client, store, args.job, shards=shards)
-    finally:
-        store.close()
-    cycle = f" cycle {done.cycle}," if done.cycle else ""
-    print(f"job {args.job}: rebuilt from {redact(args.store)}:{cycle} {done.stored} stored pages, "
-          f"{done.seen} marked seen, {done.not_due} not due, {done.queued} URLs queued; status {done.status}")
+    done = control.recover(redis_client(args.redis_url), args.job, args.store, by=requester(), shards=shards)
+    cycle = f" cycle {done['cycle']}," if done["cycle"] else ""
+    print(f"job {args.job}: rebuilt from {redact(args.store)}:{cycle} {done['stored']} stored pages, "
+          f"{done['seen']} marked seen, {done['not_due']} not due, {done['queued']} URLs queued; "
+          f"status {done['status']}")
     return 0
+
 
 def cmd_stop(args: argparse.Namespace) -> int:
     client = redis_client(args.redis_url)
@@ -109,20 +90,23 @@ def cmd_stop(args: argparse.Namespace) -> int:
     print(f"job {args.job}: stopped")
     return 0
 
+
 def cmd_pause(args: argparse.Namespace) -> int:
     client = redis_client(args.redis_url)
-    was = jobs.status(client, args.job)["status"]
+    was = control.status(client, args.job)["status"]
     now = control.pause(client, args.job, by=requester())
-    note = "" if now == jobs.PAUSED else f" (was {was}: only a running or waiting job pauses)"
+    note = "" if now == control.PAUSED else f" (was {was}: only a running or waiting job pauses)"
     print(f"job {args.job}: {now}{note}")
-    return 0 if now == jobs.PAUSED else 1
+    return 0 if now == control.PAUSED else 1
+
 
 def cmd_resume(args: argparse.Namespace) -> int:
     client = redis_client(args.redis_url)
-    was = jobs.status(client, args.job)["status"]
+    was = control.status(client, args.job)["status"]
     now = control.resume(client, args.job, by=requester())
-    print(f"job {args.job}: {now}" + ("" if was == jobs.PAUSED else " (it was not paused)"))
-    return 0 if was == jobs.PAUSED else 1
+    print(f"job {args.job}: {now}" + ("" if was == control.PAUSED else " (it was not paused)"))
+    return 0 if was == control.PAUSED else 1
+
 
 def cmd_set(args: argparse.Namespace) -> int:
     """Change runtime settings of a running job, or one host's override."""
@@ -154,19 +138,21 @@ def cmd_set(args: argparse.Namespace) -> int:
         print(f"job {args.job}: {name} {old!r} -> {new!r} (workers apply it within 5 s)")
     return 0
 
+
 def cmd_logs(args: argparse.Namespace) -> int:
     client = redis_client(args.redis_url)
     entries = control.logs(client, args.job, level=args.level, limit=args.lines)
     for e in entries:
-        print(joblog.format_entry(e), flush=True)
+        print(control.format_log_entry(e), flush=True)
     if args.follow:
         after = entries[-1]["id"] if entries else "$"
         try:
-            for e in joblog.follow(client, args.job, after=after, level=args.level):
-                print(joblog.format_entry(e), flush=True)
+            for e in control.follow_logs(client, args.job, after=after, level=args.level):
+                print(control.format_log_entry(e), flush=True)
         except KeyboardInterrupt:
             return 0
     return 0
+
 
 def cmd_jobs(args: argparse.Namespace) -> int:
     rows = control.list_jobs(redis_client(args.redis_url))
@@ -179,8 +165,9 @@ def cmd_jobs(args: argparse.Namespace) -> int:
               f"{row['errors']:>6} errors")
     return 0
 
+
 def cmd_cycles(args: argparse.Namespace) -> int:
-    rows = jobs.cycles(redis_client(args.redis_url), args.job)
+    rows = control.cycles(redis_client(args.redis_url), args.job)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -193,18 +180,17 @@ def cmd_cycles(args: argparse.Namespace) -> int:
         print(f"{row['cycle']:>5}  {start:19}  {took:>8}  " + "  ".join(f"{row[c]:>9}" for c in cols))
     return 0
 
+
 def cmd_shards(args: argparse.Namespace) -> int:
     count = int(parse_text("shards", args.count, "N"))
-    client = redis_client(args.redis_url)
-    targets = args.job or jobs.active(client)
-    if not targets:
+    moves = control.set_shards(redis_client(args.redis_url), count, args.job, by=requester())
+    if not moves:
         print("no running job to reshard (give --job JOB)")
         return 1
-    for job_id in targets:
-        moved = set_shards(client, job_id, count)
-        share = moved.hosts / moved.hosts_total if moved.hosts_total else 0.0
-        print(f"job {job_id}: {count} shards; {moved.hosts} of {moved.hosts_total} hosts moved ({share:.0%}), "
-              f"{moved.records} records rewritten, {moved.messages} messages requeued")
+    for m in moves:
+        share = m["hosts"] / m["hosts_total"] if m["hosts_total"] else 0.0
+        print(f"job {m['job']}: {count} shards; {m['hosts']} of {m['hosts_total']} hosts moved ({share:.0%}), "
+              f"{m['records']} records rewritten, {m['messages']} messages requeued")
     print(f"start workers for shard-0 .. shard-{count - 1} (celery -A crawler worker -Q shard-N)")
     return 0
 
@@ -249,6 +235,7 @@ def register(sub: Subparsers) -> None:
 
     sh = sub.add_parser("shards", help="change the shard count of running jobs")
     shs = sh.add_subparsers(dest="action", required=True)
-    sset = command(shs, "set", cmd_shards, "give running jobs N shards; only the hosts whose shard changed move")
+    sset = command(shs, "set", cmd_shards, "give running jobs N shards; only the hosts whose shard changed move",
+                   operation="shards set")
     sset.add_argument("count", metavar="N")
     sset.add_argument("--job", action="append", help="only this job (repeatable; default: every running job)")

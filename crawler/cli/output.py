@@ -7,11 +7,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from crawler.cli.common import Subparsers, command
+from crawler import control
+from crawler.cli.common import LOCAL, Subparsers, command
 from crawler.errors import ConfigError
 from crawler.export import export_by_depth, item_columns, item_rows, write_rows
 from crawler.settings import settings_table
-from crawler.store import open_store
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -26,8 +26,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise SystemExit(f"crawler export: --depth and --by-depth select pages; the {table} table has no depth")
     if args.by_depth and not args.out:
         raise SystemExit("crawler export: --by-depth needs --out PREFIX (files PREFIX.depth-N.FORMAT)")
-    store = open_store(url)
-    try:
+    with control.stored(url) as store:
         columns = None
         if args.items:
             rows = item_rows(store.items(args.job))
@@ -45,9 +44,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                 write_rows(rows, out, args.format, columns)
         else:
             write_rows(rows, sys.stdout, args.format, columns)
-    finally:
-        store.close()
     return 0
+
 
 def cmd_settings(args: argparse.Namespace) -> int:
     table = settings_table()
@@ -78,5 +76,6 @@ def register(sub: Subparsers) -> None:
     e.add_argument("--by-depth", action="store_true",
                    help="one file per depth: OUT.depth-N.FORMAT (needs --out)")
     e.add_argument("--out", metavar="PATH", help="write to PATH (with --by-depth: the files' prefix) instead of stdout")
-    t = command(sub, "settings", cmd_settings, "print the settings table (defaults, env names, meaning)", redis=False)
+    t = command(sub, "settings", cmd_settings, "print the settings table (defaults, env names, meaning)", redis=False,
+                operation=LOCAL)
     t.add_argument("--readme", metavar="FILE", help="rewrite the table between the markers in FILE")

@@ -13,8 +13,8 @@ from typing import Any
 from redis import Redis
 
 from crawler import control
-from crawler.errors import ConfigError, JobNotFound
-from crawler.frontier import takeover
+from crawler.errors import ConfigError
+from crawler.settings import parse_text
 
 
 @dataclass
@@ -72,6 +72,9 @@ class Endpoint:
     body: dict[str, Any] | None = None  # the JSON schema of the request body, if it takes one
     status: int = 200
     result: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
+    # The operation, as the CLI names it (``crawler <operation>``): every operation is served by
+    # both faces (tests/unit/test_one_door.py).
+    operation: str = ""
 
 
 def _job(call: Call) -> str:
@@ -149,13 +152,21 @@ def _logs(call: Call) -> Any:
 
 def _all_shards(call: Call) -> Any:
     # Every shard any node serves or any job was given: what ``crawler nodes`` shows below its table.
-    known = {s for n in control.nodes_status(call.r) for s in n.get("shards", [])}
-    for job in control.list_jobs(call.r, limit=50):
-        try:
-            known.add(int(control.get_settings(call.r, job["id"])["settings"]["shards"]) - 1)
-        except JobNotFound:
-            continue  # purged meanwhile
-    return {"shards": takeover.shard_states(call.r, max(known, default=-1) + 1)}
+    return {"shards": control.all_shards(call.r)}
+
+
+def _reset_seen(call: Call) -> Any:
+    return {"id": _job(call), "deleted": control.reset_seen(call.r, _job(call), by=call.by)}
+
+
+def _reshard(call: Call) -> Any:
+    count, job_ids = call.body.get("count"), call.body.get("jobs")
+    if not isinstance(count, int) or isinstance(count, bool):
+        raise ConfigError("count: the number of shards, an integer")
+    if job_ids is not None and (not isinstance(job_ids, list) or not all(isinstance(j, str) for j in job_ids)):
+        raise ConfigError("jobs: a list of job ids (default: every running job)")
+    count = int(parse_text("shards", str(count), "count"))
+    return {"jobs": control.set_shards(call.r, count, job_ids, by=call.by)}
 
 
 JOB = Param("job", "string", "the job's id", "path")
@@ -168,52 +179,66 @@ _LIST = {"type": "array", "items": {"type": "object"}}
 
 ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("GET", "/api/jobs", _list_jobs, "Jobs Redis knows, newest first, with their main counters",
-             (LIMIT,)),
+             (LIMIT,), operation="jobs"),
     Endpoint("POST", "/api/jobs", _submit, "Submit a job (settings by name, as text or typed, as the CLI takes them)",
              body={"type": "object", "required": ["settings"], "properties": {
                  "seeds": {"type": "array", "items": {"type": "string"}},
                  "settings": {"type": "object", "description": "setting name -> value; store is required"}}},
-             status=201),
+             status=201, operation="submit"),
     Endpoint("GET", "/api/jobs/{job}", lambda c: control.status(c.r, _job(c)),
-             "A job's status, counters and settings (credentials redacted)", (JOB,)),
+             "A job's status, counters and settings (credentials redacted)", (JOB,), operation="status"),
     Endpoint("POST", "/api/jobs/{job}/pause", _action("pause"), "Pause a job: dispatch nothing until resumed",
-             (JOB,), result=_STATUS),
-    Endpoint("POST", "/api/jobs/{job}/resume", _action("resume"), "Resume a paused job", (JOB,), result=_STATUS),
+             (JOB,), result=_STATUS, operation="pause"),
+    Endpoint("POST", "/api/jobs/{job}/resume", _action("resume"), "Resume a paused job", (JOB,), result=_STATUS,
+             operation="resume"),
     Endpoint("POST", "/api/jobs/{job}/stop", _action("stop"), "Stop a job (what is in flight is still stored)",
-             (JOB,), result=_STATUS),
+             (JOB,), result=_STATUS, operation="stop"),
     Endpoint("POST", "/api/jobs/{job}/recover", _recover, "Rebuild a job Redis lost from its store", (JOB,),
              body={"type": "object", "required": ["store"], "properties": {
-                 "store": {"type": "string"}, "shards": {"type": "integer"}}}),
+                 "store": {"type": "string"}, "shards": {"type": "integer"}}}, operation="recover"),
     Endpoint("GET", "/api/jobs/{job}/settings", lambda c: control.get_settings(c.r, _job(c)),
-             "A job's settings and the names of those that may change while it runs", (JOB,)),
+             "A job's settings and the names of those that may change while it runs", (JOB,), operation="status"),
     Endpoint("PATCH", "/api/jobs/{job}/settings", _set_settings,
              "Change runtime settings (every worker applies them within 5 s)", (JOB,),
              body={"type": "object", "description": "setting name -> new value (text or typed)",
-                   "additionalProperties": True}),
+                   "additionalProperties": True}, operation="set"),
     Endpoint("GET", "/api/jobs/{job}/hosts", _hosts, "One page of the job's hosts, sorted on the server",
              (JOB, Param("sort", "string", f"one of {', '.join(control.HOST_SORTS)} (default queued)"),
               Param("desc", "boolean", "largest first (default true)"), OFFSET, LIMIT,
-              Param("prefix", "string", "only hosts whose name starts so"))),
+              Param("prefix", "string", "only hosts whose name starts so")), operation="status"),
     Endpoint("PUT", "/api/jobs/{job}/hosts/{host}", _set_host, "Give one host its own delay and/or in-flight limit",
              (JOB, HOST), body={"type": "object", "properties": {
                  "delay": {"type": ["number", "string", "null"]},
-                 "per_host": {"type": ["integer", "string", "null"]}}}),
-    Endpoint("DELETE", "/api/jobs/{job}/hosts/{host}", _clear_host, "Drop a host's override", (JOB, HOST)),
+                 "per_host": {"type": ["integer", "string", "null"]}}}, operation="set"),
+    Endpoint("DELETE", "/api/jobs/{job}/hosts/{host}", _clear_host, "Drop a host's override", (JOB, HOST),
+             operation="set"),
     Endpoint("GET", "/api/jobs/{job}/cycles", lambda c: {"cycles": control.cycles(c.r, _job(c))},
-             "Per cycle of a periodic job: start, end and counts", (JOB,)),
+             "Per cycle of a periodic job: start, end and counts", (JOB,), operation="cycles"),
     Endpoint("GET", "/api/jobs/{job}/shards", lambda c: {"shards": control.shards(c.r, _job(c))},
-             "Per shard of the job: live, down (taken over) or unseen, with its nodes", (JOB,)),
+             "Per shard of the job: live, down (taken over) or unseen, with its nodes", (JOB,), operation="status"),
     Endpoint("GET", "/api/jobs/{job}/dead-links",
              lambda c: {"dead_links": control.dead_links(c.r, _job(c), *_paging(c))},
-             "404/410 pages and the pages linking to them (from the job's store)", PAGED),
+             "404/410 pages and the pages linking to them (from the job's store)", PAGED, operation="deadlinks"),
     Endpoint("GET", "/api/jobs/{job}/pages", lambda c: {"pages": control.pages(c.r, _job(c), *_paging(c))},
-             "Stored pages (from the job's store)", PAGED),
+             "Stored pages (from the job's store)", PAGED, operation="export"),
     Endpoint("GET", "/api/jobs/{job}/items", lambda c: {"items": control.items(c.r, _job(c), *_paging(c))},
-             "Items the job's spider extracted (from the job's store)", PAGED),
+             "Items the job's spider extracted (from the job's store)", PAGED, operation="export"),
     Endpoint("GET", "/api/jobs/{job}/logs", _logs, "The job's central log, newest last",
              (JOB, Param("after", "string", "only entries after this id (incremental polling)"),
-              Param("level", "string", "DEBUG, INFO, WARNING or ERROR and above (default INFO)"), LIMIT)),
+              Param("level", "string", "DEBUG, INFO, WARNING or ERROR and above (default INFO)"), LIMIT),
+             operation="logs"),
     Endpoint("GET", "/api/nodes", lambda c: {"nodes": control.nodes_status(c.r)},
-             "Every worker node: shards, last heartbeat, pages fetched, pages/s, state"),
-    Endpoint("GET", "/api/shards", _all_shards, "Every known shard: live, down (taken over) or unseen"),
+             "Every worker node: shards, last heartbeat, pages fetched, pages/s, state", operation="nodes"),
+    Endpoint("GET", "/api/shards", _all_shards, "Every known shard: live, down (taken over) or unseen",
+             operation="nodes"),
+    Endpoint("POST", "/api/jobs/{job}/reset-seen", _reset_seen,
+             "Forget which URLs the job has seen (its Bloom filter or exact set)", (JOB,),
+             operation="reset-seen"),
+    Endpoint("POST", "/api/shards", _reshard,
+             "Give running jobs (or those named) N shards; only the hosts whose shard changed move",
+             body={"type": "object", "required": ["count"], "properties": {
+                 "count": {"type": "integer"}, "jobs": {"type": "array", "items": {"type": "string"}}}},
+             operation="shards set"),
+    Endpoint("GET", "/api/jobs/{job}/content", lambda c: {"content": control.content(c.r, _job(c), *_paging(c))},
+             "Stored main texts (--extract; from the job's store)", PAGED, operation="export"),
 )
