@@ -5,7 +5,9 @@ A job names secrets, never carries them: ``auth`` entries are ``HOST=basic:NAME`
 ``CRAWLER_SECRET_<NAME>`` in the worker's environment or, failing that, the ``NAME`` line of the
 file ``CRAWLER_SECRETS_FILE`` names (``NAME=value`` lines, ``#`` comments; the file must not be
 readable by group or others). So a secret never travels in a task message, never sits in Redis,
-and every error names the secret, never its value.
+and every error names the secret, never its value. ``KEY`` and ``KEY_FILE`` are not secret names:
+``CRAWLER_SECRET_KEY`` and ``CRAWLER_SECRET_KEY_FILE`` hold the workers' session key
+(``crawler.secretbox``), which no job may have sent to a host.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from crawler.errors import ConfigError
 ENV_PREFIX = "CRAWLER_SECRET_"
 FILE_VAR = "CRAWLER_SECRETS_FILE"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+RESERVED = frozenset({"KEY", "KEY_FILE"})  # the workers' session key (crawler.secretbox)
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
 _HEADER_VALUE = re.compile(r"[\x20-\x7e\t]*")
 
@@ -48,6 +51,8 @@ def parse_auth(spec: str) -> AuthRule:
         raise ConfigError(f"auth {host}: scheme must be basic or bearer, got {scheme[:20]!r}")
     if not _NAME.fullmatch(name):
         raise ConfigError(f"auth {host}: {name[:70]!r} is not a secret name (letters, digits, _)")
+    if name.upper() in RESERVED:
+        raise ConfigError(f"auth {host}: secret name {name} is reserved for the workers' session key")
     return AuthRule(host.lower(), scheme, name)
 
 
@@ -77,6 +82,8 @@ class Secrets:
             return self._known[name]
         if not _NAME.fullmatch(name):
             raise MissingSecret(f"{name[:70]!r} is not a secret name (letters, digits, _)")
+        if name.upper() in RESERVED:
+            raise MissingSecret(f"secret name {name} is reserved for the workers' session key")
         value = self.env.get(ENV_PREFIX + name)
         if value is not None:
             self._known[name] = value
@@ -102,14 +109,21 @@ class Secrets:
         return None
 
 
-def _from_file(path: Path, name: str) -> str | None:
+def read_private_file(path: Path, what: str = "secrets file") -> str:
+    """The text of a file only its owner may read; MissingSecret (one line naming the file, never
+    its content) if it cannot be read or group or others may read it."""
     try:
         mode = path.stat().st_mode
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise MissingSecret(f"secrets file {path}: {exc.strerror or exc}") from None
+        raise MissingSecret(f"{what} {path}: {exc.strerror or exc}") from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise MissingSecret(f"secrets file {path} is readable by others: chmod 600 it")
+        raise MissingSecret(f"{what} {path} is readable by others: chmod 600 it")
+    return text
+
+
+def _from_file(path: Path, name: str) -> str | None:
+    text = read_private_file(path)
     for line in text.splitlines():
         key, sep, value = line.partition("=")
         if sep and not line.lstrip().startswith("#") and key.strip() == name:

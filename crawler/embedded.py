@@ -1,5 +1,7 @@
 """One-command crawls: a private Redis, real Celery worker processes for every shard, a job,
-progress until it is done, and a clean shutdown that leaves the output readable."""
+progress until it is done, and a clean shutdown that leaves the output readable. Without a
+session key in the environment (``CRAWLER_SECRET_KEY``, ``CRAWLER_SECRET_KEY_FILE``), the workers
+get a random one for the run, so a crawl that logs in keeps its cookies sealed in Redis too."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from crawler.redact import password_of
 from crawler.redis_server import RedisServer
 from crawler.redisconn import check_version, connect
 from crawler.render.browser import chromium_path
+from crawler.secretbox import KEY_FILE_VAR, KEY_VAR, new_key
 from crawler.settings import Settings
 from crawler.sharding import RENDER_QUEUE, queue_name
 from crawler.spiders.loader import PATHS_ENV, prepare_local
@@ -171,6 +174,10 @@ def crawl(settings: Settings, seeds: list[str], out_dir: str, progress: Progress
                 env["PGPASSWORD"] = password_of(settings.store)
             if _writes_only_under(settings, out):
                 env[STORE_ROOT_ENV] = str(out)  # its workers may write only where it was told to
+            if not (env.get(KEY_VAR, "").strip() or env.get(KEY_FILE_VAR)):
+                # A session key for this run's workers only: through their environment, never on
+                # a command line, in Redis or in a log; gone with them, as their cookies go with the job.
+                env[KEY_VAR] = new_key()
             with signals.deferred():
                 # Rendering gets a worker of its own (one browser), as it would on a cluster.
                 render = [[RENDER_QUEUE]] if settings.render != "never" else []

@@ -41,6 +41,18 @@ def _test_spider_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CRAWLER_SPIDER_PATHS", os.pathsep.join(map(str, SPIDER_DIRS)))
 
 
+@pytest.fixture(autouse=True)
+def _session_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh session key (``crawler.secretbox``) for the test process and the workers it starts,
+    as every worker of a cluster has one; a test about its absence removes it."""
+    from crawler.secretbox import KEY_FILE_VAR, KEY_VAR, new_key
+
+    key = new_key()
+    monkeypatch.setenv(KEY_VAR, key)
+    monkeypatch.delenv(KEY_FILE_VAR, raising=False)
+    return key
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     from crawler.redis_server import find_redis_server
 

@@ -18,6 +18,7 @@ from crawler.celeryapp.publish import Message, Publisher
 from crawler.frontier import liveshards
 from crawler.messages import FetchedPage, groups_from_json, groups_to_json, pages_from_json, pages_to_json
 from crawler.redisconn import connect
+from crawler.secretbox import NoSessionKey
 from crawler.settings import Settings
 from crawler.sharding import RENDER_QUEUE, SHARED_QUEUE, queue_name
 from crawler.spiders.loader import SpiderUnavailable
@@ -154,7 +155,7 @@ def fetch_task(self: Task[Any, Any], job_id: str, shard: int, token: str, entrie
     job = jobs.load(ctx.redis, job_id)
     try:
         pages = stages.fetch_stage(ctx, job, token, entries)
-    except (StoreRefused, SpiderUnavailable) as exc:
+    except (StoreRefused, SpiderUnavailable, NoSessionKey) as exc:
         stages.refuse(ctx, job, exc)
         return
     # Pages a browser is to render go to the render queue; the rest straight on to parse.

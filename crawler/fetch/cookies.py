@@ -2,9 +2,10 @@
 
 One client serves every job in a worker process, so a jar on it would carry job A's cookies into
 job B's requests (and WARC records), and grow with every Set-Cookie a host sends: a host setting
-a new cookie per page got back thousands in one header and answered 431. No job wants a session
-today, so there is no jar at all; a later sessions feature should keep a bounded jar per job and
-send its Cookie header through the fetcher's per-URL request headers, never through the client.
+a new cookie per page got back thousands in one header and answered 431. So the client has no jar
+at all: a job that keeps a session has a bounded jar of its own (``crawler.fetch.jar``, shared
+through Redis sealed with the workers' key by ``crawler.spiders.sessionstate``), whose Cookie
+header goes through the fetcher's per-hop request headers, never through the client.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """A bounded cookie jar for one job's session: which cookies a response sets, which a request
 sends (domain, path, expiry and secure matching, RFC 6265), and nothing past its bounds.
 
-Pure logic: the fetch stage keeps a job's cookies in Redis (``crawler.spiders.sessionstate``) so
-every worker shares one login, and builds a jar from them per task. The shared HTTP client keeps
-no cookies at all (``crawler.fetch.cookies``).
+Pure logic: the fetch stage keeps a job's cookies in Redis (``crawler.spiders.sessionstate``,
+each ``Cookie.encode`` sealed with the workers' key, never in the clear) so every worker shares
+one login, and builds a jar from them per task. The shared HTTP client keeps no cookies at all
+(``crawler.fetch.cookies``).
 """
 
 from __future__ import annotations

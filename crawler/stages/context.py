@@ -23,6 +23,7 @@ from crawler.jobs import Job
 from crawler.lru import LRU
 from crawler.messages import BadMessage
 from crawler.politeness import Politeness
+from crawler.secretbox import NoSessionKey
 from crawler.settings import Settings
 from crawler.spiders.base import Spider
 from crawler.spiders.loader import SpiderUnavailable, load
@@ -154,12 +155,14 @@ def read_message(ctx: Context, task: str, job_id: str, decode: Callable[[Any], T
         return None
 
 
-def refuse(ctx: Context, job: Job, error: StoreRefused | SpiderUnavailable) -> None:
+def refuse(ctx: Context, job: Job, error: StoreRefused | SpiderUnavailable | NoSessionKey) -> None:
     """The job names a store this worker may not use (or that refuses it), or a spider it cannot
-    run: stop it, counted and with the reason for ``status``, rather than fetch pages it cannot
-    store or crawl without the code its user asked for."""
+    run, or keeps a session this worker has no key to seal: stop it, counted and with the reason
+    for ``status``, rather than fetch pages it cannot store, crawl without the code its user asked
+    for, or keep its cookies in Redis in the clear."""
     log.error("job %s: stopped: %s", job.id, error)
-    counter = "spider_unavailable" if isinstance(error, SpiderUnavailable) else "store_not_allowed"
+    counter = ("spider_unavailable" if isinstance(error, SpiderUnavailable)
+               else "session_key_missing" if isinstance(error, NoSessionKey) else "store_not_allowed")
     jobs.count(ctx.redis, job.id, **{counter: 1})
     jobs.stop(ctx.redis, job.id, error=f"{ctx.node}: {error}")
     jobs.forget(job.id)

@@ -5,6 +5,13 @@ when the session has ended so its pages are fetched again after a new login.
 One worker logs in while holding the job's login lock; the others wait for it (at most
 ``login_wait``) and then read the cookies it stored. Logins per job are bounded (``max_logins``),
 so a wrong password cannot loop: past the bound, pages are stored as they came.
+
+The cookies sit in Redis sealed with the workers' key (``crawler.secretbox``). A worker without
+one refuses a job that keeps a session (``NoSessionKey``: the job is stopped with the reason
+before this worker fetches anything), rather than keep cookies in the clear; a cookie that does
+not open with its key (sealed under another, or changed in Redis) is dropped, counted
+``session_undecryptable`` and logged in one line, and a spider's session is then as good as
+absent: it logs in again.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from crawler.fetch.client import FetchConfig, Fetcher, FetchResult
 from crawler.fetch.jar import CookieJar
 from crawler.frontier import Entry
 from crawler.jobs import Job
+from crawler.secretbox import require_box
 from crawler.spiders.base import Spider
 from crawler.spiders.page import Page
 from crawler.spiders.run import overrides
@@ -118,21 +126,32 @@ class JobSession:
 def open_session(ctx: Context, job: Job, spider: Spider | None, fetcher: Fetcher, config: FetchConfig,
                  run: Run) -> JobSession | None:
     """The job's session for one fetch task (None for a job without one), logged in first if the
-    spider logs in and no session is live."""
+    spider logs in and no session is live. NoSessionKey, before anything is fetched, if this
+    worker has no key to seal the session's cookies with."""
     if not uses_session(job, spider):
         return None
     s = job.settings
     counts: Counter[str] = Counter()
-    state = SessionState(ctx.redis, job.id)
+    state = SessionState(ctx.redis, job.id, box=require_box())
     secrets = Secrets()
     auth = _usable_auth(job, secrets, counts)
     defaults = [parse_header(h) for h in s.session_headers]
     status = state.status()
+    generation, jar = state.jar()
+    unreadable = state.unreadable
+    if unreadable and logs_in(spider) and status.live:
+        state.end(generation)  # cookies this worker cannot open: as good as no session
+        status = state.status()
     if logs_in(spider) and not status.live:
         assert spider is not None
         _ensure_login(ctx, job, spider, state, fetcher, config, run, secrets, counts)
         status = state.status()
-    generation, jar = state.jar()
+        generation, jar = state.jar()
+        unreadable += state.unreadable
+    if unreadable:
+        counts["session_undecryptable"] += unreadable
+        log.error("job %s: %d session cookie(s) did not decrypt with this worker's key (sealed under "
+                  "another key, or changed in Redis): dropped", job.id, unreadable)
     exhausted = logs_in(spider) and not status.live and status.attempts >= s.max_logins
     return JobSession(job, spider, state, generation, SessionHops(jar, secrets, auth, defaults), exhausted, counts)
 
@@ -168,11 +187,14 @@ def _ensure_login(ctx: Context, job: Job, spider: Spider, state: SessionState, f
                 status = state.status()  # another worker may have logged in just before
                 if status.live or status.attempts >= s.max_logins:
                     return
-                state.attempt()
+                if state.attempt() < 0:
+                    return  # the job has ended meanwhile
                 jar = _login(ctx, job, spider, fetcher, config, run, secrets, counts)
                 if jar is not None:
                     generation = state.live(token, jar)
-                    if generation < 0:
+                    if generation == -2:
+                        counts["login_failed:job_ended"] += 1
+                    elif generation < 0:
                         counts["login_failed:lock_lapsed"] += 1
                     else:
                         counts["logins"] += 1

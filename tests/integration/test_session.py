@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis
 
-from crawler import jobs, stages
+from crawler import jobs, keys, stages
 from crawler.credentials import Secrets
 from crawler.fetch import FetchConfig
 from crawler.fetch.client import runtime
@@ -160,6 +160,9 @@ def test_login_once_refetch_after_the_session_ends_and_store_no_login_form(
     ctx = stages.Context.default(r)
     first = _fetch_all(ctx, job_id, r, rounds=2)
     assert site.logins == 1 and first
+    # The member index's own cookie joined the session's jar in Redis.
+    _, jar = SessionState(r, job_id).jar()
+    assert {c.name for c in jar} == {"sid", "view"}
     site.expire_all()  # the site ends every session mid-crawl
     _fetch_all(ctx, job_id, r)
     counters = {k: int(v) for k, v in jobs.status(r, job_id)["counters"].items()}
@@ -172,9 +175,8 @@ def test_login_once_refetch_after_the_session_ends_and_store_no_login_form(
         assert row["status"] == 200 and row["final_url"] == web.url(0, path), row
     items = sorted((i["item"] for i in store.items(job_id)), key=lambda i: str(i["id"]))
     assert items == site.records(web.origin(0))
-    # The member index's own cookie joined the session's jar in Redis.
-    _, jar = SessionState(r, job_id).jar()
-    assert {c.name for c in jar} == {"sid", "view"}
+    # The job is done: its session went with it.
+    assert jobs.status(r, job_id)["status"] == jobs.DONE and not r.exists(*keys.session_all(job_id))
 
 
 def test_a_wrong_password_logs_in_at_most_max_logins_times(login_web: tuple[TestWeb, LoginSite], r: redis.Redis,
@@ -290,4 +292,5 @@ def test_a_cookie_job_keeps_its_own_cookies_and_no_other_job_sees_them(make_web:
         _fetch_all(ctx, ids[-1], r)
         # Each job starts without cookies: none from the job before it on this worker.
         assert sent == [("/set", ""), ("/next", "pref=dark" if cookies else "")], sent
-    assert [len(SessionState(r, j).jar()[1]) for j in ids] == [1, 0, 1]
+    # Each job's cookies went when it was done.
+    assert not [j for j in ids if r.exists(*keys.session_all(j))]

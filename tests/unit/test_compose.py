@@ -18,9 +18,11 @@ from crawler.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 _VAR = re.compile(r"\$\{(\w+)(?:(:-|:\?)([^}]*))?\}")
-SECRETS = {"REDIS_PASSWORD", "POSTGRES_PASSWORD", "FLOWER_PASSWORD", "CONSOLE_PASSWORD"}
+SECRETS = {"REDIS_PASSWORD", "POSTGRES_PASSWORD", "FLOWER_PASSWORD", "CONSOLE_PASSWORD", "SESSION_KEY"}
 # The console's credentials (crawler.web.auth), not crawl settings.
 WEB_AUTH = {"CRAWLER_WEB_USER", "CRAWLER_WEB_PASSWORD", "CRAWLER_WEB_TOKEN"}
+# Secrets a worker reads from its environment that are not settings (crawler.secretbox).
+WORKER_SECRETS = {"CRAWLER_SECRET_KEY"}
 
 
 class MissingSecret(Exception):
@@ -119,7 +121,8 @@ def test_workers_cover_every_shard_and_settings_are_real(compose: dict[str, Any]
     want = None
     for name, service in services.items():
         env = {k: _subst(str(v)) for k, v in (service.get("environment") or {}).items()}
-        crawler_env = {k: v for k, v in env.items() if k.startswith("CRAWLER_") and k not in WEB_AUTH}
+        crawler_env = {k: v for k, v in env.items()
+                       if k.startswith("CRAWLER_") and k not in WEB_AUTH | WORKER_SECRETS}
         assert set(crawler_env) <= known, f"{name}: unknown settings {set(crawler_env) - known}"
         if crawler_env:
             settings = Settings.from_env(crawler_env)  # values must parse and validate
@@ -185,6 +188,7 @@ def test_workers_get_no_store_password_from_jobs_and_a_confined_store(compose: d
 
     assert not has_password(env["CRAWLER_STORE"])  # the password comes from PGPASSWORD
     assert env["PGPASSWORD"] == _TEST_SECRETS["POSTGRES_PASSWORD"]
-    settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("CRAWLER_")})
+    settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("CRAWLER_") and k not in WORKER_SECRETS})
+    assert env["CRAWLER_SECRET_KEY"] == _TEST_SECRETS["SESSION_KEY"]
     assert settings.store_root == "/data" and settings.store_hosts == ["postgres"]
     assert "/data" in [v.split(":")[1] for v in compose["x-crawler"]["volumes"]]

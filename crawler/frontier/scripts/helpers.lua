@@ -53,7 +53,8 @@ local function release_slot(host, shard, ipk, now, default_delay)
     end
   end
 end
--- A job whose URLs are all stored is done; a periodic one waits for its next cycle.
+-- A job whose URLs are all stored is done; a periodic one waits for its next cycle. Either way
+-- its session (keys.session_all) goes: cookies are kept no longer than the crawl that needs them.
 local function done_check(now)
   local open = tonumber(redis.call('HGET', KCNT, 'open') or '0')
   if open <= 0 and redis.call('ZCARD', KPEND) == 0
@@ -66,6 +67,7 @@ local function done_check(now)
     end
     redis.call('HSET', KMETA, 'status', status, 'finished_at', now)
     redis.call('SREM', KJOBS, ARGV[2])
+    redis.call('DEL', P .. 'sess', P .. 'jar', P .. 'login')
   end
 end
 -- The job dispatches again: in the active set, its shards woken, done at once if nothing is open.
