@@ -1,5 +1,7 @@
 """Rendering cost (part of ``make bench``): a crawl of a site whose pages build their links with
-scripts (4 hosts on 127.0.6.1-4, 2,400 pages), with ``--render always``: one shard worker and
+scripts (4 hosts on 127.0.6.1-4, 2,400 pages; by default app shells built by Vue's production
+build and an app script, external files, from fetched JSON: ``--site inline`` for inline
+scripts), with ``--render always``: one shard worker and
 one render worker (one Chromium, ``render_pages`` pages at once), as ``crawler crawl`` runs them.
 Reports rendered pages/s and the render worker's memory (the worker and its browser's processes)
 sampled every 2 s, and judges whether it stays flat across the run (the browser is restarted
@@ -7,7 +9,7 @@ every ``render_recycle_pages`` pages): flat when the median PSS over the last te
 taken after the first restart is within FLAT (1.25x) of the median over their first tenth. Exits
 non-zero only when fewer than 99% of the pages were rendered. Needs Debian's chromium.
 
-    python -m bench.render [--pages 2400] [--hosts 4]
+    python -m bench.render [--pages 2400] [--hosts 4] [--site external|inline]
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -31,6 +34,7 @@ from crawler.render.browser import RenderUnavailable, chromium_path
 from crawler.settings import Settings
 
 FANOUT = 4
+VUE = Path(__file__).resolve().parent.parent / "crawler" / "testweb" / "static" / "vue.global.prod.js"
 FLAT = 1.25  # the last tenth's median memory over the first tenth's, at most, for "flat"
 TEXT = "Rendered text that a script writes into the page for the crawler to read. " * 20
 
@@ -44,7 +48,38 @@ def page(n: int, per_host: int) -> bytes:
             ).encode()
 
 
-def serve(ips: list[str], per_host: int) -> tuple[int, list[ThreadingHTTPServer]]:
+# The external site: every page the same shell; Vue's production build and the app's script are
+# external files, and the app builds the page's links and text from its JSON, as app shells do.
+SHELL = (b'<!DOCTYPE html><html><head><meta charset="utf-8"><title>app</title></head><body><div id="app"></div>'
+         b'<script src="/static/vue.global.prod.js"></script><script src="/static/app.js"></script></body></html>')
+APP = b"""Vue.createApp({setup() {
+  const links = Vue.ref([]), text = Vue.ref("");
+  fetch("/api" + location.pathname + ".json").then(r => r.json())
+    .then(d => { links.value = d.kids; text.value = d.text; });
+  return {links, text};
+}, template: '<main><p>{{ text }}</p><a v-for="k in links" :key="k" :href="k">{{ k }}</a></main>'}).mount("#app");"""
+
+
+def kids(n: int, per_host: int) -> list[str]:
+    return [f"/p{k}" for k in range(FANOUT * n + 1, FANOUT * n + FANOUT + 1) if k < per_host]
+
+
+def answer(path: str, per_host: int, external: bool) -> tuple[str, bytes] | None:
+    """(content type, body) of a path of the bench site, or None."""
+    if external and path == "/static/vue.global.prod.js":
+        return "application/javascript", VUE.read_bytes()
+    if external and path == "/static/app.js":
+        return "application/javascript", APP
+    if external and path.startswith("/api/p") and path.endswith(".json"):
+        n = path[len("/api/p"):-len(".json")]
+        if n.isdigit() and int(n) < per_host:
+            return "application/json", json.dumps({"kids": kids(int(n), per_host), "text": TEXT}).encode()
+    if path.startswith("/p") and path[2:].isdigit() and int(path[2:]) < per_host:
+        return "text/html; charset=utf-8", SHELL if external else page(int(path[2:]), per_host)
+    return None
+
+
+def serve(ips: list[str], per_host: int, external: bool = False) -> tuple[int, list[ThreadingHTTPServer]]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -52,11 +87,10 @@ def serve(ips: list[str], per_host: int) -> tuple[int, list[ThreadingHTTPServer]
             pass
 
         def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            ok = path.startswith("/p") and path[2:].isdigit() and int(path[2:]) < per_host
-            body = page(int(path[2:]), per_host) if ok else b"not found"
-            self.send_response(200 if ok else 404)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
+            got = answer(self.path.split("?", 1)[0], per_host, external)
+            ctype, body = got if got is not None else ("text/html; charset=utf-8", b"not found")
+            self.send_response(200 if got is not None else 404)
+            self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -97,6 +131,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pages", type=int, default=2400)
     ap.add_argument("--hosts", type=int, default=4)
+    ap.add_argument("--site", choices=("external", "inline"), default="external",
+                    help="external: app-shell pages built by Vue's production build and an app script, both "
+                         "external files, from fetched JSON (default); inline: pages built by an inline script")
     args = ap.parse_args()
     try:
         chromium_path()
@@ -105,7 +142,7 @@ def main() -> None:
         return
     ips = [f"127.0.6.{i + 1}" for i in range(args.hosts)]
     per_host = args.pages // args.hosts
-    port, servers = serve(ips, per_host)
+    port, servers = serve(ips, per_host, args.site == "external")
     samples: list[tuple[float, int, int, int]] = []  # (elapsed, rendered, pss, rss)
     last = [-10.0]
 
@@ -133,7 +170,7 @@ def main() -> None:
     tail = statistics.median(steady[-tenth:]) if steady else 0
     flat = bool(steady) and tail <= FLAT * head
     result = {
-        "pages": args.pages, "hosts": args.hosts, "rendered": rendered, "stored": c.get("stored", 0),
+        "pages": args.pages, "hosts": args.hosts, "site": args.site, "rendered": rendered, "stored": c.get("stored", 0),
         "render_errors": {k: v for k, v in c.items() if k.startswith("render_") and k != "render_queued"},
         "wall_s": wall, "rendered_per_s": rendered / wall,
         "render_worker_peak_pss_mb": max(live, default=0) / 2**20,
@@ -146,7 +183,7 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"render-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps(result, indent=1))
-    print(f"render: {rendered} pages rendered of {c.get('stored', 0)} stored in {wall:.0f}s: "
+    print(f"render ({args.site} scripts): {rendered} pages rendered of {c.get('stored', 0)} stored in {wall:.0f}s: "
           f"{result['rendered_per_s']:.1f} pages/s with {settings.render_pages} pages at once")
     print(f"render worker memory (worker + browser, PSS): peak {result['render_worker_peak_pss_mb']:.0f} MB "
           f"(summed RSS {result['render_worker_peak_rss_sum_mb']:.0f} MB); median "

@@ -102,13 +102,20 @@ class Politeness:
         scope = robots_scope(config.allow_networks, config.resolve)
         got: dict[str, RobotsPolicy] = {} if fresh is None else fresh
 
+        async def fetch(origin: str) -> RobotsPolicy:
+            policy = (await self._fetch_robots([origin], fetcher, config, job))[origin]
+            self.robots.save({origin: policy}, scope)
+            return policy
+
         async def check(url: str) -> str | None:
             if not s.obey_robots:
                 return None
             origin = origin_of(url)
-            policy = got.get(origin) or self.robots.local(origin, scope)
+            # The shared cache first, as the fetch stage has it (a render worker's own copy
+            # starts empty); then one fetch per origin, however many requests wait on it.
+            policy = got.get(origin) or self.robots.lookup([origin], scope).get(origin)
             if policy is None:
-                policy = (await self._fetch_robots([origin], fetcher, config, job))[origin]
+                policy = await self.robots.once(scope, origin, fetch)
                 got[origin] = policy
             return policy.block_reason(url, s.robots_user_agent)
 

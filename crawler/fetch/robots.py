@@ -13,11 +13,12 @@ met it.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
 import zlib
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import urlsplit
@@ -125,6 +126,7 @@ class RobotsCache:
     def __init__(self, redis: Redis, size: int = 10_000, max_bytes: int = 64_000_000) -> None:
         self.redis = redis
         self._local: LRU[str, RobotsPolicy] = LRU(size, max_bytes, sizeof=policy_size)
+        self._pending: dict[str, asyncio.Future[RobotsPolicy]] = {}  # fetches under way, by key
 
     def lookup(self, origins: Iterable[str], scope: str, now: float | None = None) -> dict[str, RobotsPolicy]:
         now = time.time() if now is None else now
@@ -144,6 +146,19 @@ class RobotsCache:
                         found[o] = p
                         self._local.put(robots_key(o, scope), p)
         return found
+
+    async def once(self, scope: str, origin: str,
+                   fetch: Callable[[str], Awaitable[RobotsPolicy]]) -> RobotsPolicy:
+        """``fetch(origin)``, shared by every caller on this event loop asking for the same origin
+        and scope while it is under way: a rendered page's scripts, styles and data all ask at
+        once, and the origin is asked for its robots.txt once."""
+        key = robots_key(origin, scope)
+        loop = asyncio.get_running_loop()
+        pending = self._pending.get(key)
+        if pending is None or pending.get_loop() is not loop:
+            pending = self._pending[key] = asyncio.ensure_future(fetch(origin))
+            pending.add_done_callback(lambda f: self._pending.pop(key, None) if self._pending.get(key) is f else None)
+        return await asyncio.shield(pending)
 
     def local(self, origin: str, scope: str) -> RobotsPolicy | None:
         p = self._local.get(robots_key(origin, scope))

@@ -5,7 +5,9 @@ Nothing the browser asks for reaches the network by itself: every request of a p
 ``Guard`` (``crawler.render.guard``), which answers the page's own document from the body the
 fetch stage already has and fetches everything else through the crawler's guarded client, or
 refuses it. The browser's own traffic (updates, safe browsing, DNS prefetch) is switched off and
-sent to a dead proxy besides. No downloads, popups, dialogs or permission prompts.
+sent to a dead proxy besides. No downloads, dialogs or permission prompts; popups are closed and
+a navigation away from the page is answered with an empty response, so the page stays as it was
+(``Guard``: both are counted and recorded, neither fails the render).
 
 A page is read once it has settled: none of its requests open, its document unchanged, and no
 short timer of its scripts pending, for ``render_settle`` seconds (an init script watches the
@@ -187,7 +189,8 @@ class Browser:
                 await context.add_init_script(INIT_SCRIPT)
                 page = await context.new_page()
                 page.on("dialog", lambda d: asyncio.ensure_future(d.dismiss()))
-                page.on("popup", lambda p: asyncio.ensure_future(p.close()))
+                page.on("popup", guard.popup)
+                guard.page = page
 
                 async def route(r: Route, request: Request) -> None:
                     await guard.handle(r, request)
@@ -215,7 +218,7 @@ class Browser:
         # Scripts often add content after load (timers, fetches): read the page once none of its
         # requests has been open, its document has not changed and no timer it waits for has
         # been pending for ``settle`` seconds (the caller's deadline bounds the wait).
-        while True:
+        while not guard.navigated:  # a page that tried to leave is read as it stood then
             net = guard.quiet_for()
             dom = float(await page.evaluate(QUIET))
             quiet = -1.0 if net < 0 or dom < 0 else min(net, dom)

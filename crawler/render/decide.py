@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from redis import Redis
+from redis.client import Pipeline
 
 from crawler import keys
 from crawler.redisconn import text
@@ -90,7 +91,11 @@ def learn(r: Redis, job_id: str, s: Settings, host: str, seen: Comparison) -> st
     pipe = r.pipeline(transaction=False)
     pipe.hincrby(st, f"{host}|pages", 1)
     pipe.hincrby(st, f"{host}|gained", int(seen.gained(s)))
-    pages, gained = pipe.execute()
+    # The evidence, never halved: pages compared, and the links and text the browser added.
+    pipe.hincrby(st, f"{host}|compared", 1)
+    pipe.hincrby(st, f"{host}|links_gained", seen.rendered_links - seen.raw_links)
+    pipe.hincrby(st, f"{host}|text_gained", seen.rendered_text - seen.raw_text)
+    pages, gained, *_ = pipe.execute()
     if pages < s.render_sample:
         return ""
     decision = YES if 2 * gained >= pages else NO
@@ -99,6 +104,25 @@ def learn(r: Redis, job_id: str, s: Settings, host: str, seen: Comparison) -> st
         r.hset(st, mapping={f"{host}|pages": pages // 2, f"{host}|gained": gained // 2})
     r.hset(keys.render_decisions(job_id), host, decision)
     return decision
+
+
+def unfinished(r: Redis | Pipeline, job_id: str, host: str, error: str) -> None:
+    """Count a render of ``host`` that did not complete (``render_timeout``: ``timeouts``, any
+    other error: ``failures``); it is not learnt from, as it says nothing of what rendering gains."""
+    r.hincrby(keys.render_stats(job_id), f"{host}|{'timeouts' if error == 'render_timeout' else 'failures'}", 1)
+
+
+EVIDENCE = ("compared", "links_gained", "text_gained", "timeouts", "failures")
+
+
+def evidence(r: Redis, job_id: str, hosts: Sequence[str]) -> dict[str, dict[str, int]]:
+    """host -> what its decision rests on: pages compared, links and characters of text the
+    browser added over them, and renders that timed out or failed (not learnt from)."""
+    if not hosts:
+        return {}
+    fields = [f"{h}|{name}" for h in hosts for name in EVIDENCE]
+    got = iter(r.hmget(keys.render_stats(job_id), fields))
+    return {h: {name: int(next(got) or 0) for name in EVIDENCE} for h in hosts}
 
 
 def decisions(r: Redis, job_id: str, hosts: Sequence[str] | None = None) -> dict[str, str]:

@@ -5,8 +5,10 @@ A page that cannot be rendered (its scripts run past ``render_timeout``, the bro
 no Chromium here) goes on to parse from its HTML with the reason in ``render``: it is stored,
 never lost. One still busy at its deadline after its load event goes on with the DOM it had
 then (``render_timeout, partial DOM``). With ``render=auto`` each rendered page is compared with
-its own HTML and the host's decision learns from it (``crawler.render.decide``), a page whose
-scripts never let it load as one the browser added nothing to; a page marked to render only if
+its own HTML and the host's decision learns from it (``crawler.render.decide``); a page that timed
+out or failed is counted against its host and not learnt from (it says nothing of what the
+browser adds). A page that tried to leave itself (``location``, a form POST) is read as it stood
+and noted so; where a GET navigation was going is followed as one of its links. A page marked to render only if
 its host needs it (``wanted?``) is let through unrendered once the host is decided ``no``.
 
 The browser's requests to a host keep to that host's politeness: its in-flight limit, and its
@@ -22,6 +24,7 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Sequence
+from html import escape
 from typing import cast
 
 from crawler import jobs
@@ -31,14 +34,13 @@ from crawler.messages import FetchedPage
 from crawler.parse import parse_html
 from crawler.render import decide
 from crawler.render.browser import Browser, Rendered, RenderUnavailable, chromium_path
-from crawler.render.guard import Guard, HostTurns, Limits
+from crawler.render.guard import Guard, HostTurns, Limits, Rules
 from crawler.settings import Settings
 from crawler.stages.context import Context
 from crawler.stages.fetch import BODY_TTL, IF_NEEDED, WANTED, fetch_config
 from crawler.urls import host_key
 
 RENDERED_TYPE = "text/html; charset=utf-8"
-NOTHING = decide.Comparison(0, 0, 0, 0)  # what a page whose scripts never let it load yields
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +107,10 @@ def render_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage]) -
     fetcher = cast(HttpFetcher, ctx.fetcher or rt.fetcher(config))
     robots = ctx.politeness.robots_check(job, fetcher, config) if s.obey_robots else None
     turns = HostTurns(s.per_host, s.delay, host_limits(ctx, job, [host_key(p.url) for p in todo]))
-    guards = [Guard(p.final_url or p.url, body or b"", p.content_type, fetcher, config, robots, turns, counts)
+    rules = Rules(block_types=frozenset(s.render_block_types),
+                  cdn_hosts=frozenset(h.lower() for h in s.render_cdn_hosts), domains=job.allowed,
+                  max_requests=s.render_max_requests, max_bytes=s.render_max_bytes)
+    guards = [Guard(p.final_url or p.url, body or b"", p.content_type, fetcher, config, robots, turns, counts, rules)
               for p, body in zip(todo, bodies, strict=True)]
 
     leases = [(p.url, token) for p in pages]
@@ -136,23 +141,32 @@ def render_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage]) -
         got, guard, body = results[p.url]
         if got.error:
             counts[got.error] += 1
+            # Only a render that completed says what the browser gains: one that timed out or
+            # failed is counted against its host, never learnt from.
+            decide.unfinished(pipe, job.id, host_key(p.url), got.error)
         if not got.html:
-            if s.render == "auto" and got.error == "render_timeout":
-                decide.learn(ctx.redis, job.id, s, host_key(p.url), NOTHING)
             out.append(dataclasses.replace(p, render=got.error))
             continue
-        dom = got.html.encode("utf-8", "replace")
+        html = got.html
+        if guard.target:
+            # Where the page sent itself, followed as one of its links (scope and dedup decide).
+            at = html.rfind("</body>")
+            at = len(html) if at < 0 else at
+            html = f'{html[:at]}<a href="{escape(guard.target)}" data-crawler="navigation"></a>{html[at:]}'
+        dom = html.encode("utf-8", "replace")
         if len(dom) > s.max_body:
             # Scripts can build a document of any size: past the body cap it is not kept.
             counts["render_too_large"] += 1
             out.append(dataclasses.replace(p, render="render_too_large"))
             continue
         key = ctx.frontier.hold_body(job.id, token, p.url + "#rendered", dom, BODY_TTL, pipe)
-        note = (f"{got.error}, partial DOM" if got.error else "rendered") + (
-            f", {guard.blocked} requests blocked" if guard.blocked else "")
+        note = ", ".join([f"{got.error}, partial DOM" if got.error else "rendered",
+                          *([guard.navigated] if guard.navigated else []),
+                          *([f"{guard.popups} popups closed"] if guard.popups else []),
+                          *([f"{guard.blocked} requests blocked"] if guard.blocked else [])])
         if not got.error:
             counts["rendered"] += 1
-        if s.render == "auto" and body is not None:
+        if s.render == "auto" and body is not None and not got.error:
             decide.learn(ctx.redis, job.id, s, host_key(p.url), compare(p, body, dom, s))
         out.append(dataclasses.replace(p, rendered_key=key, render=note))
     jobs.count(pipe, job.id, **counts)

@@ -82,8 +82,10 @@ def test_auto_renders_the_scripted_host_only_and_finds_every_script_built_link(
     assert c["render_timeout"] == len(TIMEOUT_PAGES)
     assert c["rendered"] >= len(web.scripted_paths()) - len(TIMEOUT_PAGES)
     assert any(k.startswith("render_blocked:") for k in c)
-    # Each page was fetched once: the browser's document came from the fetch, not a second GET.
+    # Each page was fetched once: the browser's document came from the fetch, not a second GET;
+    # robots.txt once per origin, though a render worker in another process checks it too.
     assert max(web.served.values()) == 1, web.served.most_common(3)
+    assert all(web.served[(ip, "/robots.txt")] == 1 for ip in web.ips), web.served
     # The WARC keeps the HTTP response and adds the rendered DOM as a resource record.
     resources = {}
     for f in (tmp_path / "warc").glob("*.warc.gz"):
@@ -94,6 +96,12 @@ def test_auto_renders_the_scripted_host_only_and_finds_every_script_built_link(
     assert b'href="/leaf1"' in resources[js + "/a1"]
     out = cli("status", job_id, "--hosts", env={**os.environ, "CRAWLER_REDIS_URL": redis_url})
     assert "render" in out.stdout and " yes" in out.stdout and " no" in out.stdout
+    # The renders that timed out are counted against their host, not learnt from; status shows
+    # what the decision rests on.
+    scripted = f"{web.ips[0]}:{web.port}"
+    ev = decide.evidence(r, job_id, [scripted])[scripted]
+    assert ev["timeouts"] == len(TIMEOUT_PAGES) and ev["compared"] >= Settings().render_sample, ev
+    assert f"{len(TIMEOUT_PAGES)} timed out" in out.stdout, out.stdout
 
 
 def test_a_spider_chooses_the_pages_to_render_and_what_to_wait_for(

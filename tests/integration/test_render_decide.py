@@ -99,3 +99,18 @@ def test_the_browsers_host_delay_is_the_one_fetches_keep(r: redis.Redis, tmp_pat
     assert limits("127.0.4.53:80") == (1, 1.5)
     assert limits("127.0.4.54:80") == (1, 1.0)
     ctx.close()
+
+
+def test_renders_that_did_not_complete_are_counted_not_learnt(r: redis.Redis) -> None:
+    s = Settings(render="auto", render_sample=2)
+    # A host whose pages need scripts, some of whose renders time out or fail: not "no" for it.
+    for _ in range(3):
+        decide.unfinished(r, JOB, "js", "render_timeout")
+    decide.unfinished(r, JOB, "js", "render_failed")
+    assert decide.decisions(r, JOB) == {}
+    assert decide.learn(r, JOB, s, "js", GAIN) == ""
+    assert decide.learn(r, JOB, s, "js", GAIN) == decide.YES
+    # The decision's evidence, as status --hosts and the console show it.
+    assert decide.evidence(r, JOB, ["js", "other"]) == {
+        "js": {"compared": 2, "links_gained": 24, "text_gained": 1780, "timeouts": 3, "failures": 1},
+        "other": dict.fromkeys(decide.EVIDENCE, 0)}
