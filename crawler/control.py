@@ -26,6 +26,7 @@ from redis.exceptions import WatchError
 
 from crawler import joblog, jobs, keys, nodes
 from crawler.dedup.bloom import BloomSeen
+from crawler.dedup.variants import QueryVariants
 from crawler.errors import ConfigError, JobNotFound
 from crawler.frontier import Frontier, HostOverride, HostStats, liveshards, takeover
 from crawler.lru import LRU
@@ -33,6 +34,7 @@ from crawler.redact import has_password, redact, redact_settings
 from crawler.redisconn import check_version, connect
 from crawler.render.browser import RenderUnavailable, chromium_path
 from crawler.render.decide import decisions as render_decisions
+from crawler.render.decide import evidence as render_evidence
 from crawler.settings import SettingError, Settings, parse_text
 from crawler.spiders.loader import prepare
 from crawler.store import PageStore, open_store
@@ -290,14 +292,15 @@ def hosts(r: Redis, job_id: str, sort: str = "queued", desc: bool = True, offset
     page = ordered[offset:offset + limit]
     # render=auto's decision per host: yes, no, or "" while its sample is rendered.
     rendering = render_decisions(r, job_id, [h.host for h in page])
+    evidence = render_evidence(r, job_id, [h.host for h in page])
     return {"total": len(rows), "offset": offset, "sort": sort, "desc": desc,
-            "hosts": [_host_row(h, default, rendering.get(h.host, "")) for h in page]}
+            "hosts": [_host_row(h, default, rendering.get(h.host, ""), evidence.get(h.host)) for h in page]}
 
 
-def _host_row(h: HostStats, default: float, render: str = "") -> dict[str, Any]:
+def _host_row(h: HostStats, default: float, render: str = "", evidence: dict[str, int] | None = None) -> dict[str, Any]:
     o = h.override
     return {"host": h.host, "queued": h.queued, "queued_in_store": h.in_store, "inflight": h.inflight,
-            "render": render,
+            "render": render, "render_evidence": evidence or {},
             "delay": default if h.delay is None else h.delay, "fetched": h.fetched, "errors": h.errors,
             "admitted": h.admitted,
             "override": None if o is None else {k: v for k, v in asdict(o).items() if v is not None}}
@@ -386,7 +389,7 @@ def cycles(r: Redis, job_id: str) -> list[dict[str, Any]]:
 def reset_seen(r: Redis, job_id: str, by: str = "") -> int:
     """Forget which URLs the job has seen (its Bloom filter or exact set). Returns keys deleted."""
     _exists(r, job_id)
-    deleted = BloomSeen(r, job_id).reset() + Frontier(r).clear_seen(job_id)
+    deleted = BloomSeen(r, job_id).reset() + Frontier(r).clear_seen(job_id) + QueryVariants.forget(r, job_id)
     joblog.log_event(r, job_id, "seen_reset", f"seen-set cleared ({deleted} keys)", by=by)
     return deleted
 
@@ -394,9 +397,13 @@ def reset_seen(r: Redis, job_id: str, by: str = "") -> int:
 def set_shards(r: Redis, count: int, job_ids: list[str] | None = None, by: str = "") -> list[dict[str, Any]]:
     """Give the jobs (default: every running one) ``count`` shards; only the hosts whose shard
     changed move. Per job: its id and what moved (hosts, of how many, records, messages)."""
-    out = []
-    for job_id in job_ids or jobs.active(r):
+    if job_ids is not None and not job_ids:
+        raise ConfigError("no job named: give job ids, or none for every running job")
+    targets = jobs.active(r) if job_ids is None else job_ids
+    for job_id in targets:  # all checked before any is changed
         _exists(r, job_id)
+    out = []
+    for job_id in targets:
         moved = jobs.set_shards(r, job_id, count)
         joblog.log_event(r, job_id, "resharded", f"{count} shards: {moved.hosts} of {moved.hosts_total} hosts moved",
                          by=by)

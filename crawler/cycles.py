@@ -18,6 +18,7 @@ from redis import Redis
 from crawler import joblog, jobs
 from crawler.dedup import admit_links, seen_set
 from crawler.dedup.neardup import NearDuplicates
+from crawler.dedup.variants import QueryVariants
 from crawler.frontier import Entry, Frontier
 from crawler.jobs import Job
 from crawler.schedule import next_cycle
@@ -82,6 +83,7 @@ def _forget_seen(redis: Redis, job: Job) -> None:
     NearDuplicates(redis).reset(job.id)
     seen_set(redis, frontier, job.id, job.settings).reset()
     frontier.reset_admitted(job.id)
+    QueryVariants.forget(redis, job.id)
 
 
 def _queue_revisits(redis: Redis, job: Job, store: PageRows, now: float) -> tuple[int, int]:

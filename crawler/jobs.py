@@ -21,6 +21,7 @@ from crawler.jobcache import Job as Job  # where callers have always found it
 from crawler.redact import redact_settings_json, strip_password
 from crawler.redisconn import text
 from crawler.render.decide import decisions as render_decisions
+from crawler.render.decide import evidence as render_evidence
 from crawler.schedule import next_cycle
 from crawler.settings import Settings
 from crawler.spiders import loader as spider_loader
@@ -36,13 +37,13 @@ def new_job_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
-def canonical_seeds(seeds: list[str], max_url_length: int) -> list[str]:
+def canonical_seeds(seeds: list[str], max_url_length: int, drop: frozenset[str] = frozenset()) -> list[str]:
     """The seeds' canonical forms; BadURL naming the first that is not a fetchable URL. Pure:
     callers run it before they start or create anything."""
     canon = []
     for seed in seeds:
         try:
-            canon.append(canonicalize(seed, max_url_length))
+            canon.append(canonicalize(seed, max_url_length, drop))
         except BadURL as exc:
             raise BadURL(f"seed {shown(seed)}: {exc}") from exc
     if not canon:
@@ -55,7 +56,7 @@ def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | Non
     BadURL naming the first seed that is not a fetchable URL, before anything is written."""
     settings = settings.validated()  # callers may have built or changed it by hand
     settings, seeds = spider_loader.prepare(settings, seeds)
-    canon = canonical_seeds(seeds, settings.max_url_length)
+    canon = canonical_seeds(seeds, settings.max_url_length, settings.dropped_params)
     job_id = job_id or new_job_id()
     job_settings = settings.job_settings()
     job_settings["allow_domains"] = sorted(settings.allow_domains or {domain_of(u) for u in canon})
@@ -121,8 +122,10 @@ def status(redis: Redis, job_id: str) -> dict[str, Any]:
     pipe.hgetall(keys.meta(job_id))
     pipe.hgetall(keys.counters(job_id))
     pipe.exists(keys.store_error(job_id))
-    pipe.hgetall(keys.robots_wait(job_id))
-    meta, cnt, store_down, robots_wait = pipe.execute()
+    now = time.time()
+    pipe.zcount(keys.robots_wait(job_id), now, "+inf")
+    pipe.zrangebyscore(keys.robots_wait(job_id), now, "+inf", start=0, num=ROBOTS_WAIT_SHOWN, withscores=True)
+    meta, cnt, store_down, robots_waiting, robots_wait = pipe.execute()
     if not meta:
         raise JobNotFound(f"no such job: {job_id}")
     out: dict[str, Any] = {k.decode(): v.decode() for k, v in meta.items()}
@@ -136,46 +139,58 @@ def status(redis: Redis, job_id: str) -> dict[str, Any]:
     out["queued_in_store"] = c.get("spilled", 0) - c.get("refilled", 0)
     if store_down:
         out["store_error"] = storeretry.current(redis, job_id)
+    # The origins waiting longest are named, and how many wait in all: a crawl of many dead
+    # hosts keeps the answer small.
+    out["robots_waiting"] = robots_waiting
     out["robots_wait"] = waiting_on_robots(robots_wait)
     return out
 
 
-def note_robots_wait(redis: Redis | Any, job_id: str, host: str, until: float, why: str) -> None:
-    """Record that ``host``'s URLs wait until ``until`` to ask for its robots.txt again, because
-    of ``why`` (a reason code or status); ``redis`` may be a pipeline."""
-    redis.hset(keys.robots_wait(job_id), host, f"{until:.0f} {why}")
+def note_robots_wait(pipe: Any, job_id: str, origin: str, until: float, why: str, now: float) -> None:
+    """Record on ``pipe`` that ``origin``'s URLs wait until ``until`` to ask for its robots.txt
+    again, because of ``why`` (a reason code or status), dropping the waits that are over."""
+    key = keys.robots_wait(job_id)
+    pipe.zremrangebyscore(key, "-inf", now)
+    pipe.zadd(key, {f"{origin} {why}": until})
 
 
-def waiting_on_robots(raw: dict[bytes, bytes], now: float | None = None) -> list[dict[str, Any]]:
-    """The hosts still waiting (``until`` in the future), soonest first, from the record."""
-    now = time.time() if now is None else now
-    out = []
-    for host, value in raw.items():
-        until, _, why = value.decode().partition(" ")
-        if float(until) > now:
-            out.append({"host": host.decode(), "until": float(until), "reason": why})
-    return sorted(out, key=lambda w: (w["until"], w["host"]))
+ROBOTS_WAIT_SHOWN = 20
+
+
+def waiting_on_robots(raw: list[tuple[bytes, float]]) -> list[dict[str, Any]]:
+    """The origins still waiting, soonest first (one entry each: its latest reason)."""
+    out: dict[str, dict[str, Any]] = {}
+    for member, until in raw:
+        origin, _, why = member.decode().partition(" ")
+        out[origin] = {"origin": origin, "until": until, "reason": why}
+    return sorted(out.values(), key=lambda w: (w["until"], w["origin"]))
 
 
 def hosts(redis: Redis, job_id: str) -> list[dict[str, Any]]:
     """Per host: current delay, requests in flight, URLs queued in Redis and in the store."""
     default = load(redis, job_id).settings.delay
     rendering = render_decisions(redis, job_id)
+    table = Frontier(redis).host_stats(job_id)
+    # What the render decision rests on, and the renders it did not learn from.
+    evidence = render_evidence(redis, job_id, [h.host for h in table])
     return [{"host": h.host, "delay": default if h.delay is None else h.delay, "inflight": h.inflight,
-             "queued": h.queued, "queued_in_store": h.in_store, "render": rendering.get(h.host, "")}
-            for h in Frontier(redis).host_stats(job_id)]
+             "queued": h.queued, "queued_in_store": h.in_store, "render": rendering.get(h.host, ""),
+             "render_evidence": evidence[h.host]}
+            for h in table]
 
 
 def stop(redis: Redis, job_id: str, error: str = "", by: str = "") -> None:
     """Dispatch nothing more for the job and start no more cycles; what is in flight still
-    finishes and is stored. ``error``: why a worker stopped it (``status`` shows it); ``by``:
-    who asked (for the job's log)."""
+    finishes and is stored (without a session: its keys go now, and no worker writes them again).
+    ``error``: why a worker stopped it (``status`` shows it); ``by``: who asked (for the job's
+    log)."""
     now = time.time()
     cycle = redis.hget(keys.meta(job_id), "cycle")
     pipe = redis.pipeline()
     pipe.hset(keys.meta(job_id), mapping={"status": STOPPED, "finished_at": now, **({"error": error} if error else {})})
     pipe.srem(keys.JOBS, job_id)
     pipe.srem(keys.PERIODIC, job_id)
+    pipe.delete(*keys.session_all(job_id))
     if cycle is not None:
         pipe.hsetnx(keys.cycle(job_id, text(cycle)), "finished_at", now)
     joblog.log_event(pipe, job_id, "stopped", error or "stopped", level="ERROR" if error else "INFO", by=by)

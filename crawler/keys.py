@@ -47,7 +47,8 @@ def store_error(job: str) -> str:
 
 
 def robots_wait(job: str) -> str:
-    """host -> ``"<until> <why>"``: hosts whose robots.txt could not be had, waiting to ask again."""
+    """``"<origin> <why>"`` scored by when its URLs may ask for its robots.txt again: origins whose
+    robots.txt could not be had (pruned as they come due)."""
     return prefix(job) + "robwait"
 
 
@@ -284,13 +285,20 @@ def session(job: str) -> str:
 
 
 def session_cookies(job: str) -> str:
-    """The session's cookies: cookie key -> the cookie (``crawler.fetch.jar.Cookie``)."""
+    """The session's cookies: cookie key -> the cookie (``crawler.fetch.jar.Cookie``) sealed with
+    the workers' key (``crawler.secretbox``)."""
     return prefix(job) + "jar"
 
 
 def session_lock(job: str) -> str:
     """Held by the one worker logging the job in."""
     return prefix(job) + "login"
+
+
+def session_all(job: str) -> tuple[str, str, str]:
+    """Every key of the job's session, deleted when the job ends (``crawler.jobs.stop``, and the
+    frontier's ``done_check`` in ``scripts/helpers.lua``, which spells the same names)."""
+    return session(job), session_cookies(job), session_lock(job)
 
 
 # -- fetch --

@@ -73,8 +73,8 @@ class Settings:
     host_queue_cap: int = _s(2_000, "URLs one host's queue holds in Redis at most; the rest wait in the store's frontier table and come back as the queue runs low, so Redis memory grows with hosts, not URLs (0: no cap; a job without a store has none)", job=True)
     max_links_per_page: int = _s(5_000, "Links taken from one page at most (in document order); a page with more is counted `links_capped`, the rest `links_dropped` (0: no limit)", job=True)
     max_repeated_segments: int = _s(3, "URLs repeating one path segment more often are dropped as traps (0: no limit)", job=True)
-    session_params: list[str] = _s([], "Query parameters stripped from every URL, besides the built-in session ids (jsessionid, phpsessid, sessionid, session_id, sessid, aspsessionid, cfid, cftoken, oscsid, zenid; sid when its value is 10+ letters, digits, - or _) and click trackers (utm_*, gclid, fbclid, ...)", job=True)
-    max_query_variants: int = _s(100, "Links with opaque token values in their query (16+ characters mixing letters and digits: session ids, nonces) found on token-bearing pages of the same host: at most this many variants of one path and query shape are admitted, the rest counted `dropped_trap:query_variants` (0: no limit)", job=True)
+    session_params: list[str] = _s([], "Query parameters stripped from every URL (seeds, links, the noise filter), besides the built-in session ids (jsessionid, phpsessid, aspsessionid, cfid, cftoken, oscsid, zenid; sid, sessionid, session_id, sessid when the value looks like a session id) and click trackers (utm_*, gclid, fbclid, ...)", job=True)
+    max_query_variants: int = _s(100, "Links with an opaque token in their query (a session id, a nonce) found on a token-bearing page of the same host, or on a variant of the same path: at most this many per host, path and parameter names are admitted, the rest counted `dropped_trap:query_variants` (0: no limit)", job=True)
     canonical_cache_size: int = _s(200_000, "Canonical URLs each worker process remembers, so repeated links skip recomputing (least recently used dropped first)")
     canonical_cache_bytes: int = _s(64_000_000, "Bytes of URLs that cache holds at most")
     robots_cache_size: int = _s(10_000, "Parsed robots.txt files each worker process keeps in front of Redis")
@@ -100,6 +100,7 @@ class Settings:
     max_logins: int = _s(10, "Login attempts per job at most (the first and every re-login after the session ended); past it pages are stored as fetched, counted `session_ended_stored`", job=True)
     login_wait: float = _s(60.0, "Seconds one worker may spend logging in (its lock lapses then); the others wait for it that long at most, and never past half of lease_timeout", job=True)
     secrets_file: str = _s("", "Worker: a file of NAME=value lines (mode 600) holding the secrets jobs name, after CRAWLER_SECRET_<NAME> variables")
+    secret_key_file: str = _s("", "Worker: a file (mode 600) of Fernet keys, one a line, sealing session cookies in Redis (the first seals, all open: rotation), read when CRAWLER_SECRET_KEY (the same, comma-separated) is unset; a worker with neither refuses jobs that keep a session, `crawler crawl` makes one per run")
     max_items_per_page: int = _s(1000, "Items stored from one page at most; more are counted `items_capped`", job=True)
     max_item_bytes: int = _s(1_000_000, "Bytes of one page's items (as JSON) at most; the items past it are counted `items_capped`", job=True)
     render: str = _s("never", "Pages rendered in headless Chromium before parsing (workers started with -Q render): `never`; `always` (every HTML page); `auto` (per host: a sample rendered, and the host kept rendering only where that yields materially more links or text; rechecked now and then)", job=True)
@@ -109,6 +110,10 @@ class Settings:
     render_recheck: int = _s(50, "With render=auto: one page in this many of a decided host is rendered again to check the decision", job=True)
     render_timeout: float = _s(15.0, "Seconds a page may take to load and settle in the browser; past it the page is stored from its HTML with the reason", job=True)
     render_settle: float = _s(0.5, "Seconds with none of the page's requests under way, no change to its document and no short timer pending, after load, before the rendered page is read", job=True)
+    render_block_types: list[str] = _s(["image", "media", "font"], "Resource types of a page the browser does not load (Chromium's names: image, media, font, stylesheet, script, xhr, fetch, ...); counted `render_blocked:type_<type>`", job=True)
+    render_cdn_hosts: list[str] = _s([], "Hosts besides the page's own site (its registered domain) and the job's domains the browser may load a page's scripts, data and styles from (CDNs); others are counted `render_blocked:third_party`", job=True)
+    render_max_requests: int = _s(100, "Requests one rendered page may make at most (its document aside); more are counted `render_blocked:too_many`", job=True)
+    render_max_bytes: int = _s(20_000_000, "Bytes one rendered page may load at most (its document aside); past it requests are counted `render_blocked:too_large`", job=True)
     render_pages: int = _s(4, "Worker: pages one render worker process renders at once (one browser)")
     render_recycle_pages: int = _s(200, "Worker: a browser is restarted after rendering this many pages")
     render_max_rss: int = _s(1024, "Worker: a browser whose processes use more memory than this (MB; PSS summed over the browser's processes) is restarted")
@@ -208,6 +213,11 @@ class Settings:
         # Depth limits need each URL's shortest depth, which only the exact set can hold.
         return self.dedup == "bloom" or (self.dedup == "auto" and not self.max_depth)
 
+    @property
+    def dropped_params(self) -> frozenset[str]:
+        """``session_params`` as ``urls.canonicalize`` takes them (lower-case names)."""
+        return frozenset(p.lower() for p in self.session_params)
+
     def job_settings(self) -> dict[str, Any]:
         """The settings that travel with a job to every worker."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.metadata["job"]}
@@ -252,7 +262,7 @@ _RANGES: dict[str, tuple[float, bool, float | None]] = {
     **dict.fromkeys(("per_host", "concurrency", "fetch_batch", "max_attempts", "bloom_capacity", "max_url_length",
                      "visibility_timeout", "task_time_limit", "warc_max_size", "workers", "sitemap_max_urls",
                      "max_body", "max_redeliveries", "max_items_per_page", "max_item_bytes", "max_logins",
-                     "render_sample", "render_recheck", "render_pages", "render_recycle_pages", "render_max_rss",
+                     "render_sample", "render_recheck", "render_pages", "render_max_requests", "render_max_bytes", "render_recycle_pages", "render_max_rss",
                      *CACHE_LIMITS),
                     (1, True, None)),
     **dict.fromkeys(("connect_timeout", "read_timeout", "request_deadline", "lease_timeout", "revisit_max",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from functools import lru_cache
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import tldextract
 from w3lib.url import canonicalize_url
@@ -28,26 +28,27 @@ TRACKING_PARAMS = frozenset({"gclid", "dclid", "gbraid", "wbraid", "fbclid", "ms
                              "mc_cid", "mc_eid", "_ga", "_gl", "_hsenc", "_hsmi", "mkt_tok"})
 # Session-id parameters (Heritrix's and Nutch's lists): a server that keeps its session in the URL
 # names the same page anew for every visitor and every visit, so each link is a "new" URL and a
-# crawl follows the same few pages for ever. Stripped whatever their value; ``aspsessionid``
-# also with ASP's eight-letter suffix (``ASPSESSIONIDQSTRCBAD``).
-SESSION_PARAMS = frozenset({"jsessionid", "phpsessid", "sessionid", "session_id", "sessid", "aspsessionid",
-                            "cfid", "cftoken", "oscsid", "zenid"})
-# Names that also mean something else (``sid=42``: a story or site id): stripped only when the
-# value has the shape of a session id, 10+ letters, digits, ``-`` or ``_`` (Heritrix's rule for
-# ``sid`` wants 32; servers that number sessions use shorter ones).
-SESSION_ID_PARAMS = frozenset({"sid"})
-_SESSION_ID_RE = re.compile(r"[A-Za-z0-9_-]{10,}")
+# crawl follows the same few pages for ever. Names that mean nothing else are stripped whatever
+# their value; ``aspsessionid`` also with ASP's eight-letter suffix (``ASPSESSIONIDQSTRCBAD``).
+SESSION_PARAMS = frozenset({"jsessionid", "phpsessid", "aspsessionid", "cfid", "cftoken", "oscsid", "zenid"})
+# Names that also mean something else (``sid=42``: a story id; ``session_id=7``: a conference's
+# session): stripped only when the value has a session id's shape, as Heritrix's rules check
+# it: an opaque token (``is_token``), or 12+ letters, digits, ``-`` or ``_`` with a digit among
+# them (a session counter, a random number).
+SESSION_ID_PARAMS = frozenset({"sid", "sessionid", "session_id", "sessid"})
+_SESSION_ID_RE = re.compile(r"(?=[A-Za-z_-]*[0-9])[A-Za-z0-9_-]{12,}")
 _ASP_SESSION_RE = re.compile(r"aspsessionid[a-z]{8}")
 # Java's and PHP's form in the path: /page;jsessionid=0123ABC?x=1
-_PATH_SESSION_RE = re.compile(r";(?:jsessionid|phpsessid|sessionid)=[^/?;]*", re.IGNORECASE)
+_PATH_SESSION_RE = re.compile(r";(?:jsessionid|phpsessid)=[^/?;]*", re.IGNORECASE)
 # An opaque token: 16+ characters of the alphabets session ids, nonces and cache busters are
-# written in; hex with letters and digits both (UUIDs too), or a string whose character class
-# (lower, upper, digit) changes at least every fourth character, as random base64 does about
-# every second one (a slug such as ``python-3-tutorial`` changes once).
-_TOKEN_CHARS_RE = re.compile(r"^[A-Za-z0-9_\-.~+/=%]{16,}$")
+# written in: hex with letters and digits both (UUIDs too), or a string whose characters change
+# class (lower case, upper case, digit) at least every fourth character, as random base64 does
+# about every second one. Punctuation separates and a capital starting a lower-case word is no
+# change, so a slug (``python-3-tutorial``), a date (``2021-02-03``) or a title in CamelCase
+# (``MyFavoriteRecipe2024``) is no token; neither is anything that decodes to non-ASCII text.
+_TOKEN_CHARS_RE = re.compile(r"^[A-Za-z0-9_\-.~+/=]{16,}$")
 _HEX_RE = re.compile(r"^(?=.*[0-9])(?=.*[a-fA-F])[0-9a-fA-F-]+$")
-_CLASS_RUN_RE = re.compile(r"[a-z]+|[A-Z]+|[0-9]+")
-
+_CHANGE_RE = re.compile(r"(?<=[a-z])(?=[A-Z0-9])|(?<=[A-Z])(?=[0-9])|(?<=[0-9])(?=[A-Za-z])|(?<=[A-Z]{2})(?=[a-z])")
 
 # Navigation links repeat on every page of a site. Bounded by bytes too: a site of 2 KB URLs
 # would otherwise hold 200k x 4 KB per worker.
@@ -69,7 +70,15 @@ def canonicalize(url: str, max_length: int = 2048, drop: frozenset[str] = frozen
     return strip_params(out, drop) if drop and "?" in out else out
 
 
-def _canonical(url: str, max_length: int) -> str:
+def redirect_target(url: str) -> str:
+    """A redirect's Location as the next hop requests it: canonical, but with its session id
+    kept. A server that puts the session in the URL (``/shop`` -> ``/shop;jsessionid=...`` for a
+    client without cookies) serves the page only at the URL it named; the page is stored under
+    its canonical URL all the same."""
+    return _canonical(url, 2048, sessions=False)
+
+
+def _canonical(url: str, max_length: int, sessions: bool = True) -> str:
     url = url.strip()
     if len(url) > max_length:
         raise BadURL(f"URL longer than {max_length} characters")
@@ -102,10 +111,10 @@ def _canonical(url: str, max_length: int) -> str:
         out = canonicalize_url(rebuilt, keep_fragments=False)
     except (ValueError, UnicodeError) as exc:
         raise BadURL(str(exc)) from exc
-    if ";" in out:
+    if ";" in out and sessions:
         out = _PATH_SESSION_RE.sub("", out)
     if "?" in out:
-        out = strip_tracking(out)
+        out = strip_tracking(out, sessions)
     if len(out) > max_length:
         raise BadURL(f"URL longer than {max_length} characters")
     bad = _UNSAFE_RE.search(out)
@@ -128,11 +137,11 @@ def _check_ip_literal(host: str) -> None:
         raise BadURL(f"invalid IPv6 host {shown(host, 60)}") from exc
 
 
-def strip_tracking(url: str) -> str:
-    """Drop ``utm_*`` and other click-tracking parameters, and session ids, from a canonical
-    URL's query (its encoding and order untouched)."""
+def strip_tracking(url: str, sessions: bool = True) -> str:
+    """Drop ``utm_*`` and other click-tracking parameters, and (with ``sessions``) session ids,
+    from a canonical URL's query (its encoding and order untouched)."""
     head, query = url.split("?", 1)
-    kept = [p for p in query.split("&") if not _is_tracking(p)]
+    kept = [p for p in query.split("&") if not _is_tracking(p, sessions)]
     return f"{head}?{'&'.join(kept)}" if kept else head
 
 
@@ -143,23 +152,29 @@ def strip_params(url: str, names: frozenset[str]) -> str:
     return f"{head}?{'&'.join(kept)}" if kept else head
 
 
-def _is_tracking(param: str) -> bool:
+def _is_tracking(param: str, sessions: bool = True) -> bool:
     name, _, value = param.partition("=")
     name = name.lower()
-    return (name.startswith("utm_") or name in TRACKING_PARAMS or name in SESSION_PARAMS
-            or (name in SESSION_ID_PARAMS and _SESSION_ID_RE.fullmatch(value) is not None)
-            or (name.startswith("aspsessionid") and _ASP_SESSION_RE.fullmatch(name) is not None))
+    if name.startswith("utm_") or name in TRACKING_PARAMS:
+        return True
+    return sessions and (
+        name in SESSION_PARAMS
+        or (name in SESSION_ID_PARAMS and (_SESSION_ID_RE.fullmatch(value) is not None or is_token(value)))
+        or (name.startswith("aspsessionid") and _ASP_SESSION_RE.fullmatch(name) is not None))
 
 
 def is_token(value: str) -> bool:
-    """Whether a query value looks like an opaque token (a session id, a nonce, a cache
-    buster) rather than a word, a slug or a plain number."""
+    """Whether a query value (as a canonical URL writes it) looks like an opaque token (a
+    session id, a nonce, a cache buster) rather than a word, a slug, a date or a number."""
+    if "%" in value:
+        value = unquote(value)
+        if not value.isascii():
+            return False
     if _TOKEN_CHARS_RE.match(value) is None:
         return False
     if _HEX_RE.match(value):
         return True
-    runs = _CLASS_RUN_RE.findall(value)
-    return len(runs) > 1 and (len(runs) - 1) * 4 >= len(value)
+    return len(_CHANGE_RE.findall(value)) * 4 >= len(value)
 
 
 def token_shape(url: str) -> str | None:

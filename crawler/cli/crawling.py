@@ -41,8 +41,8 @@ class ProgressLine:
         busy = c.get("inflight", 0) + c.get("held", 0)  # fetching, or fetched and not yet stored
         text = f"{done} pages  {rate:6.1f} pages/s  {c.get('open', 0) - busy} queued  " \
                f"{busy} in flight  {errors} errors"
-        if st.get("robots_wait"):
-            text += f"  {len(st['robots_wait'])} hosts waiting on robots.txt"
+        if st.get("robots_waiting"):
+            text += f"  {st['robots_waiting']} hosts waiting on robots.txt"
         if self.tty:
             sys.stderr.write("\r\033[K" + text)
             sys.stderr.flush()

@@ -21,13 +21,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     client = redis_client(args.redis_url)
     deadline = time.monotonic() + args.timeout if args.timeout else None
     while True:
-        st = control.status(client, args.job, with_hosts=args.hosts)
+        # The hosts table is built once, for the answer, not on every poll of --wait.
+        st = control.status(client, args.job, with_hosts=args.hosts and not args.wait)
         if not args.wait or st["status"] in (*control.FINISHED, control.WAITING):
             break
         if deadline and time.monotonic() > deadline:
             print(f"crawler status: job {args.job} still {st['status']} after {args.timeout}s", file=sys.stderr)
             return 2
         time.sleep(0.5)
+    if args.hosts and args.wait:
+        st = control.status(client, args.job, with_hosts=True)
     if args.json:
         print(json.dumps(st, indent=2))
         return 0
@@ -37,9 +40,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"  queued: {st['queued_in_redis']} in Redis, {st['queued_in_store']} in the store")
     for line in control.shard_lines(client, st["shards"]):
         print(f"  {line}")
-    for w in st.get("robots_wait", []):
-        print(f"  waiting on robots.txt: {w['host']} ({w['reason']}) until "
+    for w in st.get("robots_wait", [])[:5]:
+        print(f"  waiting on robots.txt: {w['origin']} ({w['reason']}) until "
               f"{time.strftime('%H:%M:%S', time.localtime(w['until']))} (in {w['until'] - time.time():.0f}s)")
+    if st.get("robots_waiting", 0) > 5:
+        print(f"  ... {st['robots_waiting'] - 5} more origins waiting on robots.txt")
     if st.get("store_error"):
         e = st["store_error"]
         print(f"  store error, retrying for {time.time() - e['since']:.0f}s ({e['retries']} retries, last by "
@@ -50,11 +55,20 @@ def cmd_status(args: argparse.Namespace) -> int:
     if c.get("cache_lookups"):
         print(f"  {'local cache hit rate':24} {c.get('cache_hits', 0) / c['cache_lookups']:.1%}")
     if args.hosts:
-        print(f"  {'host':40} {'delay s':>8} {'in flight':>9} {'queued':>7} {'in store':>8} {'render':>6}")
+        print(f"  {'host':40} {'delay s':>8} {'in flight':>9} {'queued':>7} {'in store':>8} {'render':>6}  "
+              "render evidence")
         for h in st["hosts"]:
             print(f"  {h['host']:40} {h['delay']:8.3f} {h['inflight']:9d} {h['queued']:7d} {h['queued_in_store']:8d} "
-                  f"{h['render'] or '-':>6}")
+                  f"{h['render'] or '-':>6}  {_evidence(h.get('render_evidence') or {})}")
     return 0
+
+
+def _evidence(e: dict[str, int]) -> str:
+    """What a host's render decision rests on, in a few words ('-' with no render yet)."""
+    if not any(e.values()):
+        return "-"
+    return (f"{e['compared']} compared, {e['links_gained']:+d} links, {e['text_gained']:+d} chars; "
+            f"{e['timeouts']} timed out, {e['failures']} failed")
 
 
 def cmd_deadlinks(args: argparse.Namespace) -> int:

@@ -1,13 +1,15 @@
 """The cap on query-string variants: the trap a session id or nonce in links sets.
 
 A page that links to itself under a fresh token (``/s?state=8f3a...``) makes a new URL on every
-visit, and tiny pages never trip the near-duplicate rule. Such links are grouped by their host,
-path and query with the token values blanked (``urls.token_shape``); only links found on a page
-that itself carries a token on the same host count against the group (list pages linking to
-items by opaque id are not the trap: their items stay uncapped; a page that is itself a
-variant of the link's path and parameters counts too). Each group admits ``cap``
-distinct URLs, remembered by digest, so a batch delivered twice gets the same answer; a link
-refused here is not marked seen and may still be admitted from a page without a token.
+visit, and tiny pages never trip the near-duplicate rule. Such links are grouped by host, path
+and the query's parameter names (``/s?n&state``: a counter beside the token changes nothing).
+A link counts against its group when it was found on a page of the same host and either the
+link holds an opaque token (``urls.is_token``) and the page holds one too or is a variant of the
+same path and names, or the link is such a variant of a page that holds one (a token that reads
+as a word must not let a trap through). List pages linking to items by opaque id are not the
+trap: links from pages without a token never count. Each group admits ``cap`` distinct URLs,
+remembered by digest, so a batch delivered twice gets the same answer; a link refused here is
+not marked seen and may still be admitted from a page without a token.
 """
 
 from __future__ import annotations
@@ -29,25 +31,25 @@ def _digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
-def _names(url: str) -> tuple[str, list[str]]:
-    """A URL's path and its query's parameter names: what variants of one page share."""
+def _names(url: str) -> str:
+    """A URL's scheme, host and path, and its query's parameter names: what variants of one page
+    share (``http://h/s?n&state``)."""
     head, _, query = url.partition("?")
-    return head, sorted(p.split("=", 1)[0] for p in query.split("&")) if query else []
+    return head + "?" + "&".join(sorted(p.split("=", 1)[0] for p in query.split("&"))) if query else head
 
 
 def trap_candidates(links: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """(url, shape) of the (url, referrer) pairs that count against a group: the URL has token
-    values, and its referrer, on the same host, has some too or is a variant of the same path
-    and parameters (a token that passed for a word there must not let its page's links go
-    uncounted)."""
+    """(url, group) of the (url, referrer) pairs that count against a group (see the module)."""
     out = []
     for url, referrer in links:
-        shape = token_shape(url)
-        if shape is None or not referrer or host_key(referrer) != host_key(url):
+        if "?" not in url or not referrer or host_key(referrer) != host_key(url):
             continue
-        if token_shape(referrer) is None and _names(referrer) != _names(url):
-            continue
-        out.append((url, shape))
+        group = _names(url)
+        same = _names(referrer) == group
+        link_token = token_shape(url) is not None
+        page_token = token_shape(referrer) is not None
+        if (link_token and (page_token or same)) or (same and page_token):
+            out.append((url, group))
     return out
 
 
@@ -60,6 +62,12 @@ class QueryVariants:
         found = trap_candidates(links)
         if not found or cap <= 0:
             return set()
-        got = self._script(keys=[keys.query_variants(job, _digest(shape)) for _, shape in found],
+        got = self._script(keys=[keys.query_variants(job, _digest(group)) for _, group in found],
                            args=[cap, *(_digest(url) for url, _ in found)])
         return {url for (url, _), ok in zip(found, got, strict=True) if not int(ok)}
+
+    @staticmethod
+    def forget(redis: Redis, job: str) -> int:
+        """Drop every group's record (a periodic job's new cycle, ``reset-seen``). Returns keys deleted."""
+        doomed = list(redis.scan_iter(keys.query_variants(job, "*"), count=1000))
+        return int(redis.delete(*doomed)) if doomed else 0

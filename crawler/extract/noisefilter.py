@@ -46,7 +46,7 @@ CLUSTERS = new_cluster_cache()
 
 
 def filter_noise(parsed: Parsed, outlinks: list[str], job_id: str, clusters: LRU[tuple[str, str], UrlClusters],
-                 max_url_length: int = 2048) -> tuple[list[str], NoiseCounts]:
+                 max_url_length: int = 2048, drop: frozenset[str] = frozenset()) -> tuple[list[str], NoiseCounts]:
     """``outlinks`` (canonical, in page order) less the noise ones, and how many went by which
     rule. A link is in a noise block only when *every* anchor to it is: a content link that the
     nav repeats stays content. Never raises for a parsed page."""
@@ -60,7 +60,7 @@ def filter_noise(parsed: Parsed, outlinks: list[str], job_id: str, clusters: LRU
         if href is None:
             continue
         try:
-            url = canonicalize(urljoin(parsed.base, href.strip()).split("#", 1)[0], max_url_length)
+            url = canonicalize(urljoin(parsed.base, href.strip()).split("#", 1)[0], max_url_length, drop)
         except (BadURL, ValueError):
             continue
         (noise_urls if a in noisy_anchors else content_urls).add(url)

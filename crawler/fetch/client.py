@@ -34,7 +34,7 @@ from crawler.lru import LRU
 from crawler.parse.html import is_html
 from crawler.redact import redact_request_headers, redact_response_headers
 from crawler.settings import parse_networks, process_limit
-from crawler.urls import canonicalize
+from crawler.urls import redirect_target
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -199,7 +199,7 @@ class HttpFetcher:
                                             for k, v in response.headers.raw])
                 location = response.headers.get("location") if response.is_redirect else None
                 if location is not None:
-                    nxt = canonicalize(urljoin(current, location.strip()))
+                    nxt = redirect_target(urljoin(current, location.strip()))
                     result.redirects.append((response.status_code, current))
                     if nxt in seen:
                         raise errors.RedirectLoop(f"{current} -> {nxt}")

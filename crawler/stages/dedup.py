@@ -23,7 +23,7 @@ def dedup_stage(ctx: Context, job: Job, token: str, links: Sequence[LinkGroup]) 
     s = job.settings
     best: dict[str, Entry] = {}
     bad = traps = 0
-    drop = frozenset(p.lower() for p in s.session_params)
+    drop = s.dropped_params
     for group in links:
         for url, depth, referrer in group.links():
             try:

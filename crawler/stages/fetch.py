@@ -103,7 +103,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
             if r.error == errors.RobotsUnavailable.reason and robots is not None:
                 # Nothing else says why the crawl sits still for robots_retry (5 minutes).
                 why = robots.error or (f"HTTP {robots.status}" if robots.status else "no answer")
-                jobs.note_robots_wait(pipe, job.id, host_key(e.url), now + wait, why)
+                jobs.note_robots_wait(pipe, job.id, origin_of(e.url), now + wait, why, now)
             continue
         done.append(Fetched(e.url, token, 0.0, r.ip))
         body_key = ""

@@ -56,7 +56,7 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
     bodies, failed_bodies = fetched[:len(want)], fetched[len(want):]
     batches: dict[int, list[LinkGroup]] = defaultdict(list)
     bad = fragment = not_http = out_of_scope = near = capped = dropped = query_traps = 0
-    drop = frozenset(p.lower() for p in s.session_params)
+    drop = s.dropped_params
     nofollow_links = denied = noise_block = noise_pattern = 0
     # page URL -> the outlinks to follow, when noise_links=skip (outlinks themselves stay complete)
     unnoisy: dict[str, set[str]] = {}
@@ -103,7 +103,8 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
             annotated[page.url] = dataclasses.replace(annotated[page.url], items=spider_items, items_parsed=True)
         nofollows[page.url] = parsed.nofollow
         if s.noise_links == "skip" and not parsed.nofollow:
-            kept, noise = noisefilter.filter_noise(parsed, outlinks, job.id, noisefilter.CLUSTERS, s.max_url_length)
+            kept, noise = noisefilter.filter_noise(parsed, outlinks, job.id, noisefilter.CLUSTERS, s.max_url_length,
+                                                   drop)
             unnoisy[page.url] = set(kept)
             noise_block += noise.block
             noise_pattern += noise.pattern

@@ -26,6 +26,21 @@ def test_redirect_hops_recorded(make_web: Callable[..., TestWeb]) -> None:
     assert ("User-Agent", "test-agent/1") in res.request_headers
 
 
+def test_a_redirect_that_adds_a_session_id_is_followed_as_given(make_web: Callable[..., TestWeb]) -> None:
+    # A servlet container without the client's cookie sends it to the URL with the session in it
+    # (encodeRedirectURL); the page is there only. Canonically the two URLs are one, which is no
+    # loop.
+    web = make_web(1, 2)
+    page = hw.body(b"<html><title>shop</title></html>")
+    web.route(0, "/shop", hw.redirect("/shop;jsessionid=0A1B2C3D4E5F6A7B", 302))
+    web.route(0, "/shop;jsessionid=0A1B2C3D4E5F6A7B", page)
+    web.route(0, "/cart", hw.redirect("/cart?PHPSESSID=5f3e2c1b0a9d8e7f", 302))
+    web.route(0, "/cart?PHPSESSID=5f3e2c1b0a9d8e7f", page)
+    shop, cart = fetch_batch([web.url(0, "/shop"), web.url(0, "/cart")], CFG)
+    assert (shop.error, shop.status, shop.final_url) == (None, 200, web.url(0, "/shop;jsessionid=0A1B2C3D4E5F6A7B"))
+    assert (cart.error, cart.status, cart.final_url) == (None, 200, web.url(0, "/cart?PHPSESSID=5f3e2c1b0a9d8e7f"))
+
+
 def test_redirect_loop_and_chain_over_cap(make_web: Callable[..., TestWeb]) -> None:
     web = make_web(1, 2)
     web.route(0, "/loop-a", hw.redirect("/loop-b"))

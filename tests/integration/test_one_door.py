@@ -38,8 +38,10 @@ def test_reset_seen_and_reshard_through_the_api_and_the_cli(client: TestClient, 
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     job = _job(r, tmp_path)
     assert r.exists(keys.seen(job)) or r.keys(f"c:{{{job}}}:bl*")  # the seeds were marked seen
+    r.sadd(keys.query_variants(job, "abc"), "d1")  # a query-variant group goes with the seen-set
     res = client.post(f"/api/jobs/{job}/reset-seen", headers=JSON)
-    assert res.status_code == 200 and res.json()["deleted"] >= 1, res.text
+    assert res.status_code == 200 and res.json()["deleted"] >= 2, res.text
+    assert not r.exists(keys.query_variants(job, "abc"))
     assert cli.main(["reset-seen", job]) == 0
     assert "seen-set cleared" in capsys.readouterr().out
     assert _events(r, job).count("seen_reset") == 2
@@ -52,9 +54,13 @@ def test_reset_seen_and_reshard_through_the_api_and_the_cli(client: TestClient, 
     assert cli.main(["shards", "set", "2", "--job", job]) == 0
     assert jobs.load(r, job, max_age=0).settings.shards == 2
     assert _events(r, job).count("resharded") == 2
-    for body, words in (({"count": 0}, "shards"), ({"count": "3"}, "count"), ({"count": 2, "jobs": "x"}, "jobs")):
+    for body, words in (({"count": 0}, "shards"), ({"count": "3"}, "count"), ({"count": 2, "jobs": "x"}, "jobs"),
+                        ({"count": 3, "jobs": []}, "no job named")):
         res = client.post("/api/shards", headers=JSON, json=body)
         assert res.status_code == 400 and words in res.json()["error"], (body, res.text)
+    # Every job named is checked before any is changed.
+    res = client.post("/api/shards", headers=JSON, json={"count": 3, "jobs": [job, "nope"]})
+    assert res.status_code == 404 and jobs.load(r, job, max_age=0).settings.shards == 2
     assert client.post("/api/jobs/nope/reset-seen", headers=JSON).status_code == 404
 
 

@@ -203,11 +203,11 @@ def test_status_names_the_hosts_waiting_on_robots_txt(make_web: Callable[..., Te
         time.sleep(0.1)
     try:
         [wait] = st["robots_wait"]
-        assert wait["host"] == dead and wait["reason"] == "connect"
+        assert wait["origin"] == f"http://{dead}" and wait["reason"] == "connect" and st["robots_waiting"] == 1
         assert 250 < wait["until"] - time.time() <= Settings().robots_retry * 1.5
         shown = cli("status", job_id)
         assert shown.returncode == 0, shown.stderr
-        assert f"waiting on robots.txt: {dead} (connect) until " in shown.stdout, shown.stdout
-        assert json.loads(cli("status", job_id, "--json").stdout)["robots_wait"][0]["host"] == dead
+        assert f"waiting on robots.txt: http://{dead} (connect) until " in shown.stdout, shown.stdout
+        assert json.loads(cli("status", job_id, "--json").stdout)["robots_wait"][0]["origin"] == f"http://{dead}"
     finally:
         jobs.stop(r, job_id)

@@ -113,11 +113,15 @@ def test_session_ids_are_stripped_as_heritrix_and_nutch_strip_them() -> None:
     assert canonicalize("http://e.com/s?PHPSESSID=ab12&page=2") == "http://e.com/s?page=2"
     assert canonicalize("http://e.com/s?ASPSESSIONIDQSTRCBAD=XYZ&a=b") == "http://e.com/s?a=b"
     assert canonicalize("http://e.com/s?CFID=12&CFTOKEN=3456") == "http://e.com/s"
-    assert canonicalize("http://e.com/s?sessionid=1&zenid=2&osCsid=3") == "http://e.com/s"
-    # ``sid`` is also a story or site id: stripped only when it looks like a session's.
+    assert canonicalize("http://e.com/s?zenid=2&osCsid=3") == "http://e.com/s"
+    # Names that mean other things too go only when the value has a session id's shape.
     assert canonicalize("http://e.com/s?sid=8f3a9c12e4b07d6a") == "http://e.com/s"
     assert canonicalize("http://e.com/s?sid=281474976710655") == "http://e.com/s"
-    assert canonicalize("http://e.com/story?sid=42") == "http://e.com/story?sid=42"
+    assert canonicalize("http://e.com/s?sessionid=Zk3p-9QxL2mN7rT4&p=1") == "http://e.com/s?p=1"
+    for kept in ("http://e.com/story?sid=42", "http://e.com/news?sid=technology",
+                 "http://e.com/article.php?sid=2024031501", "http://e.com/talks?session_id=42",
+                 "http://e.com/schedule?sessionid=7", "http://e.com/a?SessionID=1&page=2"):
+        assert canonicalize(kept) == kept, kept
     assert canonicalize("http://e.com/story?sid=06/01/01/123") == "http://e.com/story?sid=06%2F01%2F01%2F123"
     # Not a session parameter, only named like one.
     assert canonicalize("http://e.com/s?aspsessionid_x=1") == "http://e.com/s?aspsessionid_x=1"
@@ -135,9 +139,13 @@ def test_tokens_are_told_from_words_slugs_and_numbers() -> None:
         assert is_token(token), token
     rng = random.Random(5)
     urlsafe = [base64.urlsafe_b64encode(rng.randbytes(16)).rstrip(b"=").decode() for _ in range(2000)]
-    assert sum(map(is_token, urlsafe)) >= 1990  # secrets.token_urlsafe(16)'s shape
+    # secrets.token_urlsafe(16)'s shape: about 1 in 70 reads as a word (its class changes too
+    # rarely); the cap counts such a link through the token of the page it was found on.
+    assert sum(map(is_token, urlsafe)) >= 1950
     for word in ("python-3-tutorial", "introduction-to-python-3", "1234567890123456789", "dQw4w9WgXcQ",
-                 "everything-about-the-2024-olympics", "a1b2", "IntroductionToPythonProgramming"):
+                 "everything-about-the-2024-olympics", "a1b2", "IntroductionToPythonProgramming",
+                 "MyFavoriteRecipe2024", "2021-02-03-04-05-06", "Cookbook.CustomMarkupAlt",
+                 "%D0%9C%D0%BE%D1%81%D0%BA%D0%B2%D0%B0-%D0%A1%D0%B8%D1%82%D0%B8"):
         assert not is_token(word), word
     assert token_shape("http://e.com/s?a=1&t=8f3a9c12e4b07d6a5f3e2c1b0a9d8e7f") == "http://e.com/s?a=1&t=*"
     assert token_shape("http://e.com/item?id=12") is None
