@@ -7,7 +7,7 @@ jobs' own periods live with the jobs in Redis, so submitting a job needs no chan
 
 from __future__ import annotations
 
-from crawler.settings import Settings
+from crawler.config.settings import Settings
 
 _check = Settings.from_env().cycle_check
 

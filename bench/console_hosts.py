@@ -26,10 +26,10 @@ import httpx
 import uvicorn
 
 from crawler import control, jobs
+from crawler.config.settings import Settings
 from crawler.frontier import Entry, Frontier
-from crawler.redis_server import RedisServer
-from crawler.redisconn import connect
-from crawler.settings import Settings
+from crawler.local.redis_server import RedisServer
+from crawler.state.conn import connect
 from crawler.web import create_app
 
 SORTS = ("queued", "fetched", "errors", "delay", "host", "inflight")

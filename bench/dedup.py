@@ -19,8 +19,8 @@ import redis
 
 from crawler.dedup.bloom import BloomSeen
 from crawler.dedup.cache import SeenCache
-from crawler.redis_server import RedisServer
-from crawler.redisconn import connect
+from crawler.local.redis_server import RedisServer
+from crawler.state.conn import connect
 from crawler.testweb import WebModel
 
 BATCH = 1000

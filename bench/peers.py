@@ -34,10 +34,10 @@ import psutil
 from bench.server import StaticServer, free_port, make_server, nginx_binary
 from bench.web import WebSpec, identity, page_path, reachable, write
 from crawler import jobs
+from crawler.config.settings import Settings
 from crawler.embedded import WorkerProcesses, crawl
-from crawler.redis_server import RedisServer
-from crawler.redisconn import connect
-from crawler.settings import Settings
+from crawler.local.redis_server import RedisServer
+from crawler.state.conn import connect
 
 RESULTS = Path(__file__).parent / "results"
 SYSTEMS = ("ours-1", "ours-2", "ours-2-off", "distributed-2", "scrapy", "scrapy-redis-2")

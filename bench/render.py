@@ -29,9 +29,9 @@ import psutil
 
 from bench.peers import RESULTS
 from crawler import jobs
+from crawler.config.settings import Settings
 from crawler.embedded import crawl
 from crawler.render.browser import RenderUnavailable, chromium_path
-from crawler.settings import Settings
 
 FANOUT = 4
 VUE = Path(__file__).resolve().parent.parent / "crawler" / "testweb" / "static" / "vue.global.prod.js"

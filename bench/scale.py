@@ -44,10 +44,10 @@ from bench.peers import RESULTS
 from bench.scaleweb import ScaleSpec, reachable
 from bench.server import free_port
 from crawler import jobs
+from crawler.config.settings import Settings
 from crawler.embedded import crawl
-from crawler.redis_server import RedisServer
-from crawler.redisconn import connect
-from crawler.settings import Settings
+from crawler.local.redis_server import RedisServer
+from crawler.state.conn import connect
 
 EVERY = 10.0
 BREAKDOWN_EVERY = 60.0  # seconds between key-by-key accounts of Redis memory

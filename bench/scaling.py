@@ -19,10 +19,10 @@ from typing import Any
 
 import redis
 
+from crawler.config.settings import Settings
 from crawler.embedded import crawl
-from crawler.redis_server import RedisServer
-from crawler.redisconn import connect
-from crawler.settings import Settings
+from crawler.local.redis_server import RedisServer
+from crawler.state.conn import connect
 from crawler.store import open_store
 from crawler.testweb import TestWeb, WebModel
 

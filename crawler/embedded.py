@@ -19,20 +19,20 @@ from typing import Any
 import redis
 
 from crawler import jobs
+from crawler.config.redact import password_of
+from crawler.config.secretbox import KEY_FILE_VAR, KEY_VAR, new_key
+from crawler.config.settings import Settings
 from crawler.errors import CrawlerError
-from crawler.export import write_feed
-from crawler.lifeline import PARENT_ENV
-from crawler.redact import password_of
-from crawler.redis_server import RedisServer
-from crawler.redisconn import check_version, connect
+from crawler.frontier.sharding import RENDER_QUEUE, queue_name
+from crawler.local.lifeline import PARENT_ENV
+from crawler.local.redis_server import RedisServer
+from crawler.local.signals import StopRequested, StopSignals
 from crawler.render.browser import chromium_path
-from crawler.secretbox import KEY_FILE_VAR, KEY_VAR, new_key
-from crawler.settings import Settings
-from crawler.sharding import RENDER_QUEUE, queue_name
 from crawler.spiders.loader import PATHS_ENV, prepare_local
-from crawler.stopsignals import StopRequested, StopSignals
+from crawler.state.conn import check_version, connect
 from crawler.store import open_store
-from crawler.storeplace import StoreNotAllowed, place_dir, place_store
+from crawler.store.export import write_feed
+from crawler.store.place import StoreNotAllowed, place_dir, place_store
 
 Progress = Callable[[dict[str, Any], float], None]
 
@@ -136,7 +136,7 @@ def crawl(settings: Settings, seeds: list[str], out_dir: str, progress: Progress
     worker processes of its own. SIGTERM, SIGHUP and SIGINT (Ctrl-C) stop it the same way: the
     job is stopped, the workers shut down warm, Redis stops, and the Outcome says which signal
     came (``interrupted``, ``signum``). No child outlives it, even if it is killed outright
-    (``crawler.lifeline``). Bad settings or seeds raise before anything is created or started."""
+    (``crawler.local.lifeline``). Bad settings or seeds raise before anything is created or started."""
     # The operator's own spider on their own machine: imported here, its directory listed for
     # the crawl's own workers (``spider_paths``).
     settings, seeds = prepare_local(settings.validated(), seeds)

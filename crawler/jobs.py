@@ -12,19 +12,20 @@ from typing import Any
 from redis import Redis
 from redis.typing import EncodableT, FieldT
 
-from crawler import jobcache, joblog, keys, storeretry
+from crawler.config.redact import redact_settings_json, strip_password
+from crawler.config.schedule import next_cycle
+from crawler.config.settings import Settings
 from crawler.dedup import admit_links
 from crawler.errors import BadURL, ConfigError, JobNotFound, shown
 from crawler.frontier import Entry, Frontier, liveshards
 from crawler.frontier.rebalance import Moved, migrate
-from crawler.jobcache import Job as Job  # where callers have always found it
-from crawler.redact import redact_settings_json, strip_password
-from crawler.redisconn import text
 from crawler.render.decide import decisions as render_decisions
 from crawler.render.decide import evidence as render_evidence
-from crawler.schedule import next_cycle
-from crawler.settings import Settings
 from crawler.spiders import loader as spider_loader
+from crawler.state import jobconf as jobcache
+from crawler.state import joblog, keys, store_errors
+from crawler.state.conn import text
+from crawler.state.jobconf import Job
 from crawler.store import JobDefinition, open_store
 from crawler.urls import canonicalize, domain_of
 
@@ -117,7 +118,7 @@ def forget(job_id: str) -> None:
 
 def status(redis: Redis, job_id: str) -> dict[str, Any]:
     """Meta fields and counters of a job, and ``store_error`` while its store is down (see
-    ``crawler.storeretry.current``), credentials redacted; JobNotFound if there is no such job."""
+    ``crawler.state.store_errors.current``), credentials redacted; JobNotFound if there is no such job."""
     pipe = redis.pipeline(transaction=False)
     pipe.hgetall(keys.meta(job_id))
     pipe.hgetall(keys.counters(job_id))
@@ -138,7 +139,7 @@ def status(redis: Redis, job_id: str) -> dict[str, Any]:
     out["queued_in_redis"] = c.get("queued", 0)
     out["queued_in_store"] = c.get("spilled", 0) - c.get("refilled", 0)
     if store_down:
-        out["store_error"] = storeretry.current(redis, job_id)
+        out["store_error"] = store_errors.current(redis, job_id)
     # The origins waiting longest are named, and how many wait in all: a crawl of many dead
     # hosts keeps the answer small.
     out["robots_waiting"] = robots_waiting

@@ -10,9 +10,9 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import tldextract
 from w3lib.url import canonicalize_url
 
+from crawler.config.settings import process_limit
 from crawler.errors import BadURL, shown
 from crawler.lru import LRU, str_size
-from crawler.settings import process_limit
 
 # The bundled public-suffix snapshot only: a crawler worker must never download the list.
 _extract = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None, include_psl_private_domains=True)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis
 
-from crawler.redis_server import RedisServer
+from crawler.local.redis_server import RedisServer
 from crawler.testweb import TestWeb, WebModel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,9 +43,9 @@ def _test_spider_paths(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(autouse=True)
 def _session_key(monkeypatch: pytest.MonkeyPatch) -> str:
-    """A fresh session key (``crawler.secretbox``) for the test process and the workers it starts,
+    """A fresh session key (``crawler.config.secretbox``) for the test process and the workers it starts,
     as every worker of a cluster has one; a test about its absence removes it."""
-    from crawler.secretbox import KEY_FILE_VAR, KEY_VAR, new_key
+    from crawler.config.secretbox import KEY_FILE_VAR, KEY_VAR, new_key
 
     key = new_key()
     monkeypatch.setenv(KEY_VAR, key)
@@ -54,7 +54,7 @@ def _session_key(monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    from crawler.redis_server import find_redis_server
+    from crawler.local.redis_server import find_redis_server
 
     return f"private Redis servers: {find_redis_server()} (CRAWLER_REDIS_SERVER picks another)"
 
@@ -182,7 +182,7 @@ def postgres_admin() -> Iterator[str]:
     if external:
         yield external
         return
-    from crawler.pg_server import PgServer
+    from crawler.local.pg_server import PgServer
 
     with PgServer() as server:
         yield server.admin_url

@@ -6,8 +6,8 @@ from celery import Celery
 
 from crawler.celeryapp import signals
 from crawler.celeryapp.config import environment, redis_url
-from crawler.redisconn import CONNECT_TIMEOUT, HEALTH_CHECK_INTERVAL, SOCKET_TIMEOUT
-from crawler.settings import Settings
+from crawler.config.settings import Settings
+from crawler.state.conn import CONNECT_TIMEOUT, HEALTH_CHECK_INTERVAL, SOCKET_TIMEOUT
 
 
 def make_app(settings: Settings | None = None) -> Celery:
@@ -26,7 +26,7 @@ def make_app(settings: Settings | None = None) -> Celery:
         worker_prefetch_multiplier=1,
         broker_transport_options={
             "visibility_timeout": settings.visibility_timeout,
-            # kombu's BRPOP waits 1 s at most, well inside these (crawler.redisconn's values).
+            # kombu's BRPOP waits 1 s at most, well inside these (crawler.state.conn's values).
             "socket_timeout": SOCKET_TIMEOUT,
             "socket_connect_timeout": CONNECT_TIMEOUT,
             "socket_keepalive": True,

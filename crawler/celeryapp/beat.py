@@ -20,10 +20,10 @@ from typing import Any
 from celery.beat import PersistentScheduler
 from redis import Redis, RedisError
 
-from crawler import keys
 from crawler.celeryapp.config import redis_url
-from crawler.redisconn import connect
-from crawler.settings import Settings
+from crawler.config.settings import Settings
+from crawler.state import keys
+from crawler.state.conn import connect
 
 log = logging.getLogger(__name__)
 

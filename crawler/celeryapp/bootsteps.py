@@ -15,12 +15,12 @@ from celery import bootsteps
 from crawler.celeryapp.config import redis_url
 from crawler.celeryapp.signals import shards_of
 from crawler.celeryapp.tasks import dedup_task, fetch_task, refill_task, send, send_shared, store_task
+from crawler.config.settings import Settings
 from crawler.errors import Reason
 from crawler.frontier.dispatcher import IDLE_WAIT, Dispatcher
-from crawler.messages import failed_page
-from crawler.redisconn import check_version, connect
-from crawler.settings import Settings
-from crawler.sharding import queue_name
+from crawler.frontier.sharding import queue_name
+from crawler.stages.messages import failed_page
+from crawler.state.conn import check_version, connect
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from crawler.settings import SettingError, Settings
+from crawler.config.settings import SettingError, Settings
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 

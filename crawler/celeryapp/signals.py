@@ -4,9 +4,9 @@ them before its heartbeat timer starts.
 
 - ``celeryd_after_setup``: a worker of any ``shard-N`` queue also consumes the shared queue.
 - ``heartbeat_sent`` / ``worker_shutdown``: each Celery heartbeat leaves the node's latest
-  figures in Redis (``crawler.nodes``); a warm shutdown marks the node gone.
+  figures in Redis (``crawler.state.nodes``); a warm shutdown marks the node gone.
 - ``worker_init``: a worker started with ``CRAWLER_PARENT_PID`` dies with that parent
-  (``crawler.lifeline``).
+  (``crawler.local.lifeline``).
 - ``celeryd_after_setup``: a worker of the ``render`` queue without Chromium stops at once, saying
   what to install, instead of marking every page ``render_unavailable``.
 - ``worker_process_shutdown``: a prefork child closes its browser (atexit does not run there).
@@ -28,14 +28,14 @@ from celery.signals import (
 )
 from redis import Redis
 
-from crawler import joblog
 from crawler.celeryapp.config import redis_url
-from crawler.lifeline import die_with_parent, parent_from_env, watch_parent
-from crawler.nodes import mark_offline, record_heartbeat
-from crawler.redisconn import connect
+from crawler.config.settings import Settings
+from crawler.frontier.sharding import RENDER_QUEUE, SHARED_QUEUE, shard_of_queue
+from crawler.local.lifeline import die_with_parent, parent_from_env, watch_parent
 from crawler.render.browser import RenderUnavailable, chromium_path
-from crawler.settings import Settings
-from crawler.sharding import RENDER_QUEUE, SHARED_QUEUE, shard_of_queue
+from crawler.state import joblog
+from crawler.state.conn import connect
+from crawler.state.nodes import mark_offline, record_heartbeat
 
 # One client per process: a prefork child must not share its parent's sockets.
 _clients: dict[int, Redis] = {}
@@ -96,7 +96,7 @@ def on_shutdown(sender: Any = None, **_: Any) -> None:
 
 def on_worker_init(**_: Any) -> None:
     """Every worker sends its jobs' warnings and errors to their central logs
-    (``crawler.joblog``). In a worker started with ``CRAWLER_PARENT_PID``: die with that parent."""
+    (``crawler.state.joblog``). In a worker started with ``CRAWLER_PARENT_PID``: die with that parent."""
     joblog.install(_client)
     parent = parent_from_env()
     if parent:

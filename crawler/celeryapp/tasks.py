@@ -10,18 +10,21 @@ from typing import TYPE_CHECKING, Any
 from celery import Task
 from redis import exceptions as redis_errors
 
-from crawler import cycles, joblog, jobs, stages
+from crawler import jobs, stages
 from crawler.celeryapp import beat
 from crawler.celeryapp.app import app
 from crawler.celeryapp.config import redis_url
 from crawler.celeryapp.publish import Message, Publisher
+from crawler.config.secretbox import NoSessionKey
+from crawler.config.settings import Settings
+from crawler.control import periodic as cycles
 from crawler.frontier import liveshards
-from crawler.messages import FetchedPage, groups_from_json, groups_to_json, pages_from_json, pages_to_json
-from crawler.redisconn import connect
-from crawler.secretbox import NoSessionKey
-from crawler.settings import Settings
-from crawler.sharding import RENDER_QUEUE, SHARED_QUEUE, queue_name
+from crawler.frontier.sharding import RENDER_QUEUE, SHARED_QUEUE, queue_name
 from crawler.spiders.loader import SpiderUnavailable
+from crawler.stages.messages import FetchedPage, groups_from_json, groups_to_json, pages_from_json, pages_to_json
+from crawler.state import joblog
+from crawler.state.conn import connect
+from crawler.state.jobconf import Job
 from crawler.store import StoreRefused, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -134,13 +137,13 @@ def send_shared(task: Task[Any, Any], *args: Any) -> None:
     _publish(_message(task, SHARED_QUEUE, args))
 
 
-def routed(ctx: stages.Context, job: jobs.Job, shard: int) -> int:
+def routed(ctx: stages.Context, job: Job, shard: int) -> int:
     """``shard``, or a live stand-in while it is down (its hosts are taken over)."""
     return liveshards.route(ctx.redis, shard, job.settings.shards)
 
 
 def _pages_message(task: Task[Any, Any], job_id: str,
-                   pages: list[dict[str, Any]]) -> tuple[stages.Context, jobs.Job, list[FetchedPage]] | None:
+                   pages: list[dict[str, Any]]) -> tuple[stages.Context, Job, list[FetchedPage]] | None:
     """The context, the job and the pages of a parse or store message; None for a message
     this worker cannot read (counted and logged by ``read_message``)."""
     ctx = context(task.request.hostname)

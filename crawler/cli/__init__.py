@@ -15,8 +15,8 @@ import redis
 from crawler.celeryapp.config import environment
 from crawler.cli import cluster, crawling, jobs, output
 from crawler.cli.common import Parser, job_settings, one_line
+from crawler.config.redact import redact
 from crawler.errors import BadURL, CrawlerError, JobNotFound
-from crawler.redact import redact
 
 __all__ = ["build_parser", "main"]
 _settings = job_settings  # the name tests and scripts used before the split

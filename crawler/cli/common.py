@@ -14,7 +14,7 @@ import redis
 
 from crawler import control
 from crawler.celeryapp.config import redis_url
-from crawler.settings import Settings, parse_text
+from crawler.config.settings import Settings, parse_text
 
 Handler = Callable[[argparse.Namespace], int]
 Subparsers = Any  # argparse's _SubParsersAction, private to it

@@ -12,11 +12,11 @@ from typing import Any
 
 from crawler import control
 from crawler.cli.common import LOCAL, Subparsers, command, job_flags, job_settings, redis_client, requester, summary
+from crawler.config.redact import redact
+from crawler.config.schedule import parse_duration
+from crawler.config.settings import Settings
 from crawler.embedded import crawl
-from crawler.redact import redact
-from crawler.schedule import parse_duration
-from crawler.settings import Settings
-from crawler.stopsignals import exit_status
+from crawler.local.signals import exit_status
 from crawler.testweb import TestWeb, WebModel
 from crawler.testweb.catalogue import Catalogue
 
@@ -64,7 +64,8 @@ EMBEDDED_SHARDS = "1"
 
 
 def cmd_crawl(args: argparse.Namespace) -> int:
-    if args.shards is None and "CRAWLER_SHARDS" not in os.environ:
+    # ``demo`` has none of the job flags: what it does not set, the settings' defaults decide.
+    if getattr(args, "shards", None) is None and "CRAWLER_SHARDS" not in os.environ:
         args.shards = EMBEDDED_SHARDS
     settings = job_settings(args, workers=args.workers, store=None)
     progress = ProgressLine(settings.progress_interval) if not args.quiet else None
@@ -159,11 +160,6 @@ def register(sub: Subparsers) -> None:
     d.add_argument("--shop", action="store_true",
                    help="serve a shop catalogue instead and extract its products with examples/catalogue_spider.py")
     d.add_argument("--spider", metavar="SPIDER", help="with --shop: your spider instead of the example")
-    # The job flags ``crawl`` reads, unset: the demo's web decides them.
-    d.set_defaults(**dict.fromkeys(("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards",
-                                    "allow_domains", "user_agent", "redis_url", "allow_networks", "resolve",
-                                    "sitemaps", "obey_robots", "extract", "allow_urls", "deny_urls",
-                                    "follow_nofollow", "noise_links")))
 
     s = command(sub, "submit", cmd_submit, "enqueue a job for running workers; prints its id", redis=False)
     job_flags(s)

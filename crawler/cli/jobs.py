@@ -10,9 +10,9 @@ import time
 
 from crawler import control
 from crawler.cli.common import Subparsers, command, count_flag, redis_client, requester, summary
+from crawler.config.redact import redact
+from crawler.config.settings import parse_text
 from crawler.errors import ConfigError
-from crawler.redact import redact
-from crawler.settings import parse_text
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from crawler import control
 from crawler.cli.common import LOCAL, Subparsers, command
+from crawler.config.settings import settings_table
 from crawler.errors import ConfigError
-from crawler.export import export_by_depth, item_columns, item_rows, write_rows
-from crawler.settings import settings_table
+from crawler.store.export import export_by_depth, item_columns, item_rows, write_rows
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 
 from redis import Redis
 
+from crawler.config.settings import Settings
 from crawler.dedup.bloom import BloomSeen
 from crawler.dedup.cache import SeenCache
 from crawler.dedup.seenset import SeenSet, seen_set
 from crawler.frontier import Entry, Frontier
 from crawler.frontier.core import Admitted
-from crawler.settings import Settings
 
 __all__ = ["ADMIT_CHUNK", "BloomSeen", "SeenCache", "SeenSet", "admit_links", "seen_set"]
 

@@ -31,8 +31,8 @@ from pathlib import Path
 import mmh3
 from redis import Redis
 
-from crawler import keys
-from crawler.redisconn import text
+from crawler.state import keys
+from crawler.state.conn import text
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from redis import Redis
 
-from crawler import keys
 from crawler.dedup.simhash import bands
+from crawler.state import keys
 
 # What it takes and returns: scripts/neardup_find_or_add.lua.
 _FIND_OR_ADD = (Path(__file__).resolve().parent / "scripts" / "neardup_find_or_add.lua").read_text()

@@ -11,10 +11,10 @@ from typing import Protocol
 
 from redis import Redis
 
+from crawler.config.settings import Settings
 from crawler.dedup.bloom import BloomSeen
 from crawler.frontier import Entry, Frontier
 from crawler.frontier.core import Admitted
-from crawler.settings import Settings
 
 
 def queue_cap(settings: Settings) -> int:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from redis import Redis
 
-from crawler import keys
+from crawler.state import keys
 from crawler.urls import host_key, token_shape
 
 # What it takes and returns: scripts/variants_admit.lua.

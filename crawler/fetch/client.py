@@ -27,13 +27,13 @@ import httpcore
 import httpx
 
 from crawler import errors
+from crawler.config.redact import redact_request_headers, redact_response_headers
+from crawler.config.settings import parse_networks, process_limit
 from crawler.fetch import decoding
 from crawler.fetch.cookies import NoCookies
 from crawler.fetch.netguard import GuardedBackend, NetworkGuard, Resolver
 from crawler.lru import LRU
 from crawler.parse.html import is_html
-from crawler.redact import redact_request_headers, redact_response_headers
-from crawler.settings import parse_networks, process_limit
 from crawler.urls import redirect_target
 
 T = TypeVar("T")
@@ -100,7 +100,7 @@ ExtraHeaders = Mapping[str, Sequence[tuple[str, str]]]
 class Hops(Protocol):
     """A session's part in each hop of a request (redirects included): the headers that depend
     on the hop's own URL (cookies, credentials for that host only), and what each response set.
-    Headers given here are never recorded in the clear (see ``crawler.redact``)."""
+    Headers given here are never recorded in the clear (see ``crawler.config.redact``)."""
 
     def headers(self, url: str) -> Sequence[tuple[str, str]]:
         ...

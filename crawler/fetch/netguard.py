@@ -23,7 +23,7 @@ from httpcore._backends.auto import AutoBackend
 from httpcore._utils import is_socket_readable
 
 from crawler import errors
-from crawler.settings import IPNetwork
+from crawler.config.settings import IPNetwork
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 

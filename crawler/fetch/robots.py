@@ -27,10 +27,10 @@ from lxml import etree
 from protego import Protego
 from redis import Redis
 
-from crawler import keys
+from crawler.config.settings import parse_networks
 from crawler.errors import Reason
 from crawler.lru import ENTRY_OVERHEAD, LRU
-from crawler.settings import parse_networks
+from crawler.state import keys
 
 ROBOTS_MAX_BYTES = 500_000  # RFC 9309 asks crawlers to read at least 500 KiB
 SITEMAP_MAX_BYTES = 10_000_000

@@ -18,11 +18,11 @@ from redis import Redis
 from redis.commands.core import Script
 from redis.typing import EncodableT, FieldT
 
-from crawler import keys
 from crawler.frontier import liveshards, lua
 from crawler.frontier.entry import Entry
-from crawler.redisconn import text
-from crawler.sharding import shard_of_url
+from crawler.frontier.sharding import shard_of_url
+from crawler.state import keys
+from crawler.state.conn import text
 from crawler.urls import host_key
 
 Lease = tuple[str, str]  # (url, token)

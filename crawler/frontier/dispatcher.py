@@ -16,13 +16,14 @@ from typing import Any
 
 import redis
 
-from crawler import jobcache, joblog, keys
 from crawler.frontier import liveshards, takeover
 from crawler.frontier.core import Dispatched, Frontier, merged_batches, new_token
 from crawler.frontier.liveshards import LiveSet
 from crawler.frontier.rebalance import rebalance_if_changed
-from crawler.redisconn import block_timeout
-from crawler.sharding import standby
+from crawler.frontier.sharding import standby
+from crawler.state import jobconf as jobcache
+from crawler.state import joblog, keys
+from crawler.state.conn import block_timeout
 
 log = logging.getLogger(__name__)
 

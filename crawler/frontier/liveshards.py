@@ -15,9 +15,9 @@ from pathlib import Path
 
 from redis import Redis
 
-from crawler import keys
-from crawler.redisconn import text
-from crawler.sharding import standby
+from crawler.frontier.sharding import standby
+from crawler.state import keys
+from crawler.state.conn import text
 
 # What it takes and returns: scripts/liveshards_cas.lua.
 _CAS = (Path(__file__).resolve().parent / "scripts" / "liveshards_cas.lua").read_text()

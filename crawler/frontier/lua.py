@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from crawler import keys
+from crawler.state import keys
 
 PARKED = 1e12
 _SCRIPTS = Path(__file__).resolve().parent / "scripts"

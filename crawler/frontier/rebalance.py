@@ -26,12 +26,12 @@ from dataclasses import dataclass, replace
 
 from redis import Redis
 
-from crawler import keys
 from crawler.frontier import liveshards
 from crawler.frontier.liveshards import LiveSet
 from crawler.frontier.records import IpWait, Lease, Retry
-from crawler.redisconn import text
-from crawler.sharding import queue_name, shard_of_host, standby
+from crawler.frontier.sharding import queue_name, shard_of_host, standby
+from crawler.state import keys
+from crawler.state.conn import text
 
 GRACE = 20.0
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from crawler.redisconn import text
+from crawler.state.conn import text
 
 FETCHING, FETCHED = "f", "d"  # a lease's stage: request under way / page held for parse and store
 

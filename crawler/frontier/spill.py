@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from crawler.frontier import liveshards
 from crawler.frontier.core import Frontier
-from crawler.sharding import shard_of_host
+from crawler.frontier.sharding import shard_of_host
 from crawler.store import SpilledFrontier
 
 LOW_WATER = 0.5  # a host's queue is refilled to its cap once it is down to half of it

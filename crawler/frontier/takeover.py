@@ -4,7 +4,7 @@ been silent for ``takeover_after`` heartbeats, k is marked down in ``crawler.fro
 hosts are served by their runner-up shards; when a worker of k is alive again, k is live again
 and its hosts move back (``crawler.frontier.rebalance`` moves them either way).
 
-Evidence is Celery's own heartbeats as ``crawler.nodes`` records them. Only silence after a
+Evidence is Celery's own heartbeats as ``crawler.state.nodes`` records them. Only silence after a
 heartbeat counts: a shard no worker ever heartbeated for is not taken over, since a worker that
 sends no heartbeats (``--without-heartbeat``) cannot be told from none, and nothing is taken over
 unless some shard is alive to take it. Any dispatcher may decide; the change is one
@@ -20,11 +20,11 @@ from typing import Any
 
 from redis import Redis
 
-from crawler import nodes
 from crawler.frontier import liveshards
 from crawler.frontier.liveshards import LiveSet
+from crawler.state import nodes
 
-ALIVE_BELOW = 2  # heartbeats missed: the same line as ``crawler.nodes.state`` draws
+ALIVE_BELOW = 2  # heartbeats missed: the same line as ``crawler.state.nodes.state`` draws
 
 
 def missed(rec: dict[str, Any], now: float) -> float:

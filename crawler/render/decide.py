@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from redis import Redis
 from redis.client import Pipeline
 
-from crawler import keys
-from crawler.redisconn import text
-from crawler.settings import Settings
+from crawler.config.settings import Settings
+from crawler.state import keys
+from crawler.state.conn import text
 
 YES, NO = "yes", "no"
 NOW, LATER = "now", "later"  # a page to render, a page to render unless its host turns out not to need it

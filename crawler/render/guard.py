@@ -109,7 +109,7 @@ class HostTurns:
 
 @dataclass(frozen=True)
 class Rules:
-    """What the browser may load for a page besides its document (``crawler.settings``:
+    """What the browser may load for a page besides its document (``crawler.config.settings``:
     render_block_types, render_cdn_hosts, render_max_requests, render_max_bytes)."""
 
     block_types: frozenset[str] = frozenset({"image", "media", "font"})

@@ -33,8 +33,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from crawler.config.settings import Settings
 from crawler.errors import ConfigError
-from crawler.settings import Settings
 from crawler.spiders.base import Spider
 
 GROUP = "crawler.spiders"

@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from crawler.credentials import AuthRule, Secrets
+from crawler.config.credentials import AuthRule, Secrets
 from crawler.fetch.client import FetchConfig, FetchResult, HopCheck, Hops
 from crawler.fetch.jar import CookieJar
 from crawler.spiders.page import Page

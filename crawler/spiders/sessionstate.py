@@ -2,7 +2,7 @@
 each successful login raises, whether the session is live, and the login lock.
 
 Only cookies live here, under the job's own keys (so no job sees another's), each sealed with the
-workers' key (``crawler.secretbox``: Fernet, never in the clear; the hash field, the cookie's
+workers' key (``crawler.config.secretbox``: Fernet, never in the clear; the hash field, the cookie's
 domain, path and name, stays readable so the scripts can replace and bound cookies); credentials
 never do. The keys go when the job ends (stopped, failed, finished, or a periodic job's cycle),
 and lapse after ``SESSION_TTL`` seconds unused as a backstop; no script writes them once the job
@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 from redis import Redis
 
-from crawler import keys
+from crawler.config.secretbox import SecretBox, require_box
 from crawler.fetch.jar import MAX_COOKIES, Cookie, CookieJar
-from crawler.redisconn import text
-from crawler.secretbox import SecretBox, require_box
+from crawler.state import keys
+from crawler.state.conn import text
 
 SESSION_TTL = 86400  # seconds a session nobody reads or writes is kept (a backstop: the job's end deletes it)
 

@@ -1,5 +1,5 @@
 """The four stages as plain functions, one module each. Celery tasks (``crawler.celeryapp.tasks``) only
-decode messages (``crawler.messages``), call these and send what they return on; tests call
+decode messages (``crawler.stages.messages``), call these and send what they return on; tests call
 these directly, with a ``Context`` built from whatever parts they need.
 
 Each stage is idempotent, because with acks_late any of them may run twice:

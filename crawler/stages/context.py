@@ -14,22 +14,22 @@ from typing import Any, TypeVar
 from redis import Redis
 
 from crawler import jobs
+from crawler.config.secretbox import NoSessionKey
+from crawler.config.settings import Settings
 from crawler.dedup import SeenCache, SeenSet, seen_set
 from crawler.dedup.neardup import NearDuplicates
 from crawler.dedup.variants import QueryVariants
 from crawler.fetch import Fetcher
 from crawler.frontier import Frontier
-from crawler.jobs import Job
 from crawler.lru import LRU
-from crawler.messages import BadMessage
-from crawler.politeness import Politeness
-from crawler.secretbox import NoSessionKey
-from crawler.settings import Settings
 from crawler.spiders.base import Spider
 from crawler.spiders.loader import SpiderUnavailable, load
+from crawler.stages.messages import BadMessage
+from crawler.stages.politeness import Politeness
+from crawler.state.jobconf import Job
 from crawler.store import PageStore, StoreRefused, open_store
+from crawler.store.place import place_dir, place_store
 from crawler.store.warc import WarcFiles
-from crawler.storeplace import place_dir, place_store
 
 log = logging.getLogger(__name__)
 

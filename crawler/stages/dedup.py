@@ -9,9 +9,9 @@ from crawler import jobs
 from crawler.dedup import admit_links
 from crawler.errors import BadURL
 from crawler.frontier import Entry, spill
-from crawler.jobs import Job
-from crawler.messages import LinkGroup
 from crawler.stages.context import Context
+from crawler.stages.messages import LinkGroup
+from crawler.state.jobconf import Job
 from crawler.store import StoreUnavailable
 from crawler.urls import canonicalize, repeated_segments
 

@@ -8,22 +8,23 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from crawler import errors, jobs, nodes
+from crawler import errors, jobs
 from crawler.fetch import FetchConfig
 from crawler.fetch.client import FetchResult, runtime
 from crawler.fetch.robots import origin_of
 from crawler.frontier import Entry, Fetched
-from crawler.jobs import Job
-from crawler.messages import FetchedPage, LinkGroup
 from crawler.parse import is_html
-from crawler.politeness import blocked_result
 from crawler.render import decide
-from crawler.retrypolicy import RetryPolicy
 from crawler.spiders.base import Spider
 from crawler.spiders.run import overrides, render_wish
 from crawler.stages.context import Context
 from crawler.stages.dedup import dedup_stage
+from crawler.stages.messages import FetchedPage, LinkGroup
+from crawler.stages.politeness import blocked_result
+from crawler.stages.retry_policy import RetryPolicy
 from crawler.stages.session import REFETCH_AFTER, open_session, spider_headers
+from crawler.state import nodes
+from crawler.state.jobconf import Job
 from crawler.store import StoreUnavailable
 from crawler.urls import domain_of, host_key
 

@@ -7,18 +7,18 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from crawler import jobs
+from crawler.config.scope import url_patterns
 from crawler.dedup.simhash import simhash
 from crawler.errors import BadURL
 from crawler.extract import noisefilter
 from crawler.extract.maintext import Format, MainText, extract_main_text
-from crawler.jobs import Job
-from crawler.messages import FetchedPage, LinkGroup, groups_to_json
+from crawler.frontier.sharding import shard_of_url
 from crawler.parse import ParsedPage, is_html, parse_html
-from crawler.scope import url_patterns
-from crawler.sharding import shard_of_url
 from crawler.spiders.page import Page
 from crawler.spiders.run import allowed, overrides, run_page_hook
 from crawler.stages.context import Context
+from crawler.stages.messages import FetchedPage, LinkGroup, groups_to_json
+from crawler.state.jobconf import Job
 from crawler.urls import canonicalize, domain_of, query_variant
 
 # Pages a browser rendered are parsed as UTF-8 (the DOM is serialised so), whatever the response said.

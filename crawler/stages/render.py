@@ -28,16 +28,16 @@ from html import escape
 from typing import cast
 
 from crawler import jobs
+from crawler.config.settings import Settings
 from crawler.fetch.client import HttpFetcher, runtime
-from crawler.jobs import Job
-from crawler.messages import FetchedPage
 from crawler.parse import parse_html
 from crawler.render import decide
 from crawler.render.browser import Browser, Rendered, RenderUnavailable, chromium_path
 from crawler.render.guard import Guard, HostTurns, Limits, Rules
-from crawler.settings import Settings
 from crawler.stages.context import Context
 from crawler.stages.fetch import BODY_TTL, IF_NEEDED, WANTED, fetch_config
+from crawler.stages.messages import FetchedPage
+from crawler.state.jobconf import Job
 from crawler.urls import host_key
 
 RENDERED_TYPE = "text/html; charset=utf-8"
@@ -187,7 +187,7 @@ def host_limits(ctx: Context, job: Job, hosts: Sequence[str]) -> Limits:
         overrides = ctx.frontier.host_overrides(job.id, names)
         for host, own, o in zip(names, delays, overrides, strict=True):
             per_host = o.per_host if o is not None and o.per_host is not None else s.per_host
-            # As for fetches (crawler.politeness): an operator's delay replaces the job's as the
+            # As for fetches (crawler.stages.politeness): an operator's delay replaces the job's as the
             # host's floor, and the adaptive delay may only raise it.
             floor = o.delay if o is not None and o.delay is not None else s.delay
             known[host] = (per_host, max(floor, own or 0.0))

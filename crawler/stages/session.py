@@ -6,7 +6,7 @@ One worker logs in while holding the job's login lock; the others wait for it (a
 ``login_wait``) and then read the cookies it stored. Logins per job are bounded (``max_logins``),
 so a wrong password cannot loop: past the bound, pages are stored as they came.
 
-The cookies sit in Redis sealed with the workers' key (``crawler.secretbox``). A worker without
+The cookies sit in Redis sealed with the workers' key (``crawler.config.secretbox``). A worker without
 one refuses a job that keeps a session (``NoSessionKey``: the job is stopped with the reason
 before this worker fetches anything), rather than keep cookies in the clear; a cookie that does
 not open with its key (sealed under another, or changed in Redis) is dropped, counted
@@ -22,18 +22,18 @@ from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from crawler.credentials import AuthRule, MissingSecret, Secrets, parse_auth, parse_header
+from crawler.config.credentials import AuthRule, MissingSecret, Secrets, parse_auth, parse_header
+from crawler.config.secretbox import require_box
 from crawler.fetch.client import FetchConfig, Fetcher, FetchResult
 from crawler.fetch.jar import CookieJar
 from crawler.frontier import Entry
-from crawler.jobs import Job
-from crawler.secretbox import require_box
 from crawler.spiders.base import Spider
 from crawler.spiders.page import Page
 from crawler.spiders.run import overrides
 from crawler.spiders.session import LoginFailed, Requester, Session, SessionHops
 from crawler.spiders.sessionstate import SessionState
 from crawler.stages.context import Context
+from crawler.state.jobconf import Job
 
 log = logging.getLogger(__name__)
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from crawler import jobs, schedule, storeretry
-from crawler.jobs import Job
-from crawler.messages import FetchedPage
-from crawler.settings import Settings
+from crawler import jobs
+from crawler.config import schedule
+from crawler.config.settings import Settings
 from crawler.stages.context import Context
+from crawler.stages.messages import FetchedPage
+from crawler.stages.retry_policy import store_cap, store_wait
+from crawler.state import store_errors
+from crawler.state.jobconf import Job
 from crawler.store import PageRecord, StoreUnavailable
 from crawler.store.base import CONTENT_COLUMNS, ContentRecord
 from crawler.store.warc import WarcFiles
@@ -64,7 +67,7 @@ def store_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage]) ->
     body_keys = [k for p in pages for k in (p.body_key, p.rendered_key) if k]
     if body_keys:
         ctx.frontier.drop_bodies(body_keys, pipe)
-    storeretry.clear(pipe, job.id)
+    store_errors.clear(pipe, job.id)
     pipe.execute()
     return len(written)
 
@@ -76,12 +79,12 @@ def hold_for_retry(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
     before that try; None when ``store_retry_for`` is spent (the leases then run out and the
     pages come back to the frontier)."""
     s = job.settings
-    wait = storeretry.next_wait(attempt, s)
+    wait = store_wait(attempt, s)
     if wait is None:
         return None
     ctx.frontier.renew(job.id, [(p.url, token) for p in pages], s.lease_timeout, extra=wait)
     # Forgotten soon after the last worker stops reporting it (a store task that gave up).
-    storeretry.report(ctx.redis, job.id, str(error), ctx.node, ttl=wait + 2 * storeretry.cap(s))
+    store_errors.report(ctx.redis, job.id, str(error), ctx.node, ttl=wait + 2 * store_cap(s))
     return wait
 
 

@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol
 
+from crawler.config.redact import redact
 from crawler.errors import ConfigError, StoreError
-from crawler.redact import redact
 
 
 @dataclass
@@ -99,7 +99,7 @@ JSON_COLUMNS = ("outlinks", "redirects")
 @dataclass
 class JobDefinition:
     """What a job was submitted with, kept in the store so it can be rebuilt on an empty Redis
-    (``crawler.recover``). ``settings`` are the job settings every worker applies."""
+    (``crawler.control.rebuild``). ``settings`` are the job settings every worker applies."""
 
     id: str
     seeds: list[str]
@@ -152,7 +152,7 @@ class PageRows(Protocol):
 
 
 class JobRecords(Protocol):
-    """Job definitions, so a job can be rebuilt on an empty Redis (``crawler.recover``)."""
+    """Job definitions, so a job can be rebuilt on an empty Redis (``crawler.control.rebuild``)."""
 
     def save_job(self, job: JobDefinition) -> None:
         """Record a job's definition. Idempotent: saving an id that is recorded changes nothing."""

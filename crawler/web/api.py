@@ -13,8 +13,8 @@ from typing import Any
 from redis import Redis
 
 from crawler import control
+from crawler.config.settings import parse_text
 from crawler.errors import ConfigError
-from crawler.settings import parse_text
 
 
 @dataclass

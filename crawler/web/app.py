@@ -29,8 +29,8 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from crawler import control
+from crawler.config.redact import redact
 from crawler.errors import BadURL, CrawlerError, JobNotFound
-from crawler.redact import redact
 from crawler.web import openapi
 from crawler.web.api import ENDPOINTS, Call, Endpoint
 from crawler.web.auth import Auth, Hosts, cross_site_refusal
@@ -244,7 +244,7 @@ class Guard:
 def create_app(redis_client: Redis, auth: Auth | None = None, *, origins: frozenset[str] = frozenset(),
                listen: str | None = None, allowed_hosts: frozenset[str] = frozenset(),
                event_interval: float = EVENT_INTERVAL) -> ASGIApp:
-    """The console and API over ``redis_client`` (its replies undecoded, as ``crawler.redisconn``
+    """The console and API over ``redis_client`` (its replies undecoded, as ``crawler.state.conn``
     makes them). ``auth``: None leaves it open, for loopback only (``auth.check_listen``).
     ``origins``: other origins the console is reached under (a TLS proxy's), allowed to change things.
     ``listen``: the address the server is bound to, a ``Host`` it answers besides loopback names

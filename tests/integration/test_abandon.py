@@ -11,9 +11,9 @@ from pathlib import Path
 import redis
 
 from crawler import jobs, stages
+from crawler.config.settings import Settings
 from crawler.frontier.dispatcher import Dispatcher
-from crawler.messages import failed_page, groups_from_json
-from crawler.settings import Settings
+from crawler.stages.messages import failed_page, groups_from_json
 
 
 def test_lease_expiring_max_attempts_times_is_stored_as_failed(r: redis.Redis, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import redis
 from crawler import jobs
 from crawler.celeryapp import tasks
 from crawler.celeryapp.app import app
-from crawler.settings import Settings
+from crawler.config.settings import Settings
 from crawler.testweb import TestWeb
 from tests.conftest import Workers, wait_done
 

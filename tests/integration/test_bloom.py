@@ -10,9 +10,9 @@ import time
 import pytest
 import redis
 
-from crawler import keys
 from crawler.dedup.bloom import BloomSeen, Layer
 from crawler.dedup.bloom import _hashes as bloom_hashes
+from crawler.state import keys
 
 
 def test_sizing_follows_the_formulas() -> None:
@@ -173,10 +173,10 @@ def test_a_batch_sent_again_after_a_crash_is_not_filtered_by_the_local_cache(r: 
     not drop u: only T's memo says it is still to be queued. Found by the chaos test (one page of
     2,000 never fetched)."""
     from crawler import jobs
+    from crawler.config.settings import Settings
     from crawler.dedup import SeenCache, admit_links, seen_set
     from crawler.dedup.seenset import BloomSeenSet
     from crawler.frontier import Entry, Frontier
-    from crawler.settings import Settings
 
     settings = Settings.from_env(dedup="bloom", shards=1, store="")
     job = jobs.submit(r, settings, ["http://127.0.1.1/"])
@@ -197,9 +197,9 @@ def test_a_batch_admitted_in_parts_keeps_its_memo_until_the_last(r: redis.Redis)
     part is queued the frontier ignores the batch, and a memo kept an hour per batch was the
     largest thing in a long crawl's Redis."""
     from crawler import jobs
+    from crawler.config.settings import Settings
     from crawler.dedup import admit_links, seen_set
     from crawler.frontier import Entry, Frontier
-    from crawler.settings import Settings
 
     settings = Settings.from_env(dedup="bloom", shards=1, store="")
     job = jobs.submit(r, settings, ["http://127.0.1.1/"])

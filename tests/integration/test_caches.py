@@ -16,10 +16,10 @@ import pytest
 import redis
 
 from crawler import jobs, stages
+from crawler.config.settings import Settings, process_limit
 from crawler.fetch.client import FetchConfig, Runtime
 from crawler.fetch.robots import RobotsCache, RobotsPolicy, robots_scope
 from crawler.lru import LRU
-from crawler.settings import Settings, process_limit
 from crawler.store.base import PageRecord
 from crawler.testweb import TestWeb
 from tests.conftest import TEST_NETWORKS, Workers, rows_by_url, wait_done

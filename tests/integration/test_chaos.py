@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler import jobs, keys
+from crawler import jobs
 from crawler.cli import main
+from crawler.config.settings import Settings
 from crawler.jobs import set_shards
-from crawler.redis_server import RedisServer
-from crawler.redisconn import connect
-from crawler.settings import Settings
+from crawler.local.redis_server import RedisServer
+from crawler.state import keys
+from crawler.state.conn import connect
 from crawler.store import open_store
 from crawler.testweb import TestWeb
 from tests.conftest import Workers, wait_done
@@ -212,7 +213,7 @@ def test_a_shard_change_moves_about_one_in_n_hosts(r: redis.Redis, tmp_path: Pat
     back = set_shards(r, job_id, 3)
     assert back.hosts == moved.hosts
     # Every host now sits in the ready set of the shard that owns it, none twice.
-    from crawler.sharding import shard_of_host
+    from crawler.frontier.sharding import shard_of_host
 
     placed = {}
     for s in range(4):

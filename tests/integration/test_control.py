@@ -15,10 +15,11 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from crawler import control, joblog, jobs, nodes
+from crawler import control, jobs
+from crawler.config.settings import SettingError, Settings
 from crawler.errors import ConfigError, JobNotFound
 from crawler.frontier import Entry, Frontier, HostOverride
-from crawler.settings import SettingError, Settings
+from crawler.state import joblog, nodes
 from crawler.testweb import TestWeb
 from tests.conftest import Workers, wait_done
 from tests.integration.test_crawl import cli

@@ -14,9 +14,9 @@ import redis
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler import jobs
+from crawler.config.settings import Settings
 from crawler.fetch import FetchConfig, fetch_batch
 from crawler.fetch.client import runtime
-from crawler.settings import Settings
 from crawler.testweb import TestWeb
 from tests.conftest import TEST_NETWORKS, Workers, wait_done
 from tests.web import handlers as hw

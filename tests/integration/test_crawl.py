@@ -17,8 +17,8 @@ from pathlib import Path
 import redis
 
 from crawler import jobs
-from crawler.settings import Settings
-from crawler.sharding import shard_of_url
+from crawler.config.settings import Settings
+from crawler.frontier.sharding import shard_of_url
 from crawler.testweb import TestWeb
 from crawler.testweb.server import Hit
 from tests.conftest import ROOT, Workers, wait_done

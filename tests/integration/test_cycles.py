@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler import cli, cycles, jobs, keys
-from crawler.settings import Settings
+from crawler import cli, jobs
+from crawler.config.settings import Settings
+from crawler.control import periodic as cycles
+from crawler.state import keys
 from crawler.store import open_store
 from crawler.testweb import TestWeb
 from tests.conftest import ROOT, Workers, wait_done

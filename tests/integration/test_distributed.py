@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from crawler.redis_server import RedisServer
+from crawler.local.redis_server import RedisServer
 from crawler.store import open_store
 from crawler.testweb import TestWeb, WebModel
 from tests.conftest import ROOT, Workers

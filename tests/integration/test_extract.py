@@ -11,10 +11,11 @@ from pathlib import Path
 
 import redis
 
-from crawler import jobs, keys, stages
+from crawler import jobs, stages
+from crawler.config.settings import Settings
 from crawler.frontier import Fetched
-from crawler.messages import FetchedPage
-from crawler.settings import Settings
+from crawler.stages.messages import FetchedPage
+from crawler.state import keys
 from crawler.store import open_store
 from crawler.store.base import ContentRecord, PageRecord
 from crawler.testweb import TestWeb

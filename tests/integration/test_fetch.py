@@ -80,7 +80,7 @@ def test_body_cut_at_cap_even_when_compressed(make_web: Callable[..., TestWeb]) 
 
 def test_connection_refused_is_named_and_batch_goes_on(make_web: Callable[..., TestWeb]) -> None:
     web = make_web(1, 3)
-    from crawler.redis_server import free_port
+    from crawler.local.redis_server import free_port
 
     closed = f"http://127.0.0.1:{free_port()}/"
     refused, ok = fetch_batch([closed, web.url(0, "/")], CFG)

@@ -14,8 +14,8 @@ import httpx
 import redis
 
 from crawler import jobs
-from crawler.redis_server import free_port
-from crawler.settings import Settings
+from crawler.config.settings import Settings
+from crawler.local.redis_server import free_port
 from crawler.testweb import TestWeb
 from tests.conftest import ROOT, Workers, wait_done
 

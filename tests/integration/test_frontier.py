@@ -7,9 +7,10 @@ import time
 
 import redis
 
-from crawler import jobs, keys
+from crawler import jobs
+from crawler.config.settings import Settings
 from crawler.frontier import Entry, Fetched, Frontier
-from crawler.settings import Settings
+from crawler.state import keys
 
 JOB = "job-t"
 

@@ -9,9 +9,10 @@ import time
 
 import redis
 
-from crawler import jobs, keys
+from crawler import jobs
 from crawler.errors import BadURL
 from crawler.frontier import Entry, Fetched, Frontier
+from crawler.state import keys
 from crawler.urls import canonicalize, host_key
 
 JOB = "job-enc"

@@ -10,9 +10,11 @@ from pathlib import Path
 import redis
 from warcio.archiveiterator import ArchiveIterator
 
-from crawler import control, cycles, jobs, keys, nodes
+from crawler import control, jobs
+from crawler.config.settings import Settings
+from crawler.control import periodic as cycles
 from crawler.frontier import Frontier
-from crawler.settings import Settings
+from crawler.state import keys, nodes
 from crawler.store import open_store
 from crawler.testweb import TestWeb
 from tests.conftest import ROOT, Workers, wait_done

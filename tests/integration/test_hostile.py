@@ -15,7 +15,7 @@ import brotli
 import redis
 
 from crawler import jobs
-from crawler.settings import Settings
+from crawler.config.settings import Settings
 from crawler.testweb import TestWeb
 from tests.conftest import Workers, wait_done
 from tests.web import handlers as hw

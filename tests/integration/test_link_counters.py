@@ -8,13 +8,13 @@ from pathlib import Path
 import redis
 
 from crawler import jobs
+from crawler.config.settings import Settings
 from crawler.dedup import SeenCache
 from crawler.dedup.neardup import NearDuplicates
 from crawler.frontier import Frontier
-from crawler.messages import FetchedPage
-from crawler.politeness import Politeness
-from crawler.settings import Settings
 from crawler.stages import Context, parse_stage
+from crawler.stages.messages import FetchedPage
+from crawler.stages.politeness import Politeness
 
 A = "http://a.example/"
 

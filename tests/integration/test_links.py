@@ -17,14 +17,15 @@ from urllib.parse import parse_qs, urlsplit
 
 import redis
 
-from crawler import jobs, keys, stages
+from crawler import jobs, stages
+from crawler.config.settings import Settings
 from crawler.dedup import ADMIT_CHUNK, admit_links
 from crawler.embedded import crawl
 from crawler.frontier import Entry, Frontier, lua
-from crawler.messages import LinkGroup, groups_from_json, groups_to_json
-from crawler.settings import Settings
+from crawler.stages.messages import LinkGroup, groups_from_json, groups_to_json
+from crawler.state import keys
 from crawler.testweb import TestWeb
-from tests.unit.test_simhash import ARTICLE
+from tests.unit.dedup.test_simhash import ARTICLE
 from tests.web import handlers as hw
 
 ANCHORS = 50_000

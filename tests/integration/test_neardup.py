@@ -7,13 +7,14 @@ from pathlib import Path
 
 import redis
 
-from crawler import jobs, keys
+from crawler import jobs
+from crawler.config.settings import Settings
 from crawler.dedup.neardup import NearDuplicates
 from crawler.dedup.simhash import simhash
-from crawler.settings import Settings
+from crawler.state import keys
 from crawler.testweb import TestWeb
 from tests.conftest import Workers, wait_done
-from tests.unit.test_simhash import ARTICLE
+from tests.unit.dedup.test_simhash import ARTICLE
 from tests.web import handlers as hw
 
 

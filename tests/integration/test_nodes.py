@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler import cli, jobs, nodes
-from crawler.settings import Settings
+from crawler import cli, jobs
+from crawler.config.settings import Settings
+from crawler.state import nodes
 from tests.conftest import Workers, wait_done
 
 

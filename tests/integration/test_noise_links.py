@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from crawler.config.settings import Settings
 from crawler.embedded import crawl
-from crawler.settings import Settings
 from crawler.store import open_store
 from crawler.testweb import TestWeb
 from crawler.testweb.noisy import NOISE_PATHS, content_reachable, noisy_page

@@ -12,8 +12,9 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
-from crawler import cli, jobs, keys
-from crawler.settings import Settings
+from crawler import cli, jobs
+from crawler.config.settings import Settings
+from crawler.state import keys
 from crawler.web import create_app
 
 JSON = {"Content-Type": "application/json"}

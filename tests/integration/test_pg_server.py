@@ -8,7 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from crawler.pg_server import PgServer, PgServerError, find_pg_bin
+from crawler.local.pg_server import PgServer, PgServerError, find_pg_bin
 
 
 def test_a_stopped_server_starts_again_with_its_data_on_its_port() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import redis
 
 from crawler import jobs
-from crawler.settings import Settings
+from crawler.config.settings import Settings
 from crawler.testweb import TestWeb
 from tests.conftest import Workers, rows_by_url, wait_done
 from tests.integration.test_crawl import cli

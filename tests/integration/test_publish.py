@@ -15,8 +15,8 @@ from crawler import jobs
 from crawler.celeryapp import tasks
 from crawler.celeryapp.app import app
 from crawler.celeryapp.publish import Publisher
-from crawler.settings import Settings
-from crawler.sharding import SHARED_QUEUE
+from crawler.config.settings import Settings
+from crawler.frontier.sharding import SHARED_QUEUE
 from crawler.testweb import TestWeb
 from tests.conftest import Workers, wait_done
 

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler import jobs, keys, stages
+from crawler import jobs, stages
 from crawler.cli import main
+from crawler.config.settings import Settings
+from crawler.control.rebuild import RecoverError, recover
 from crawler.frontier import Entry
-from crawler.messages import FetchedPage, groups_from_json
-from crawler.recover import RecoverError, recover
-from crawler.settings import Settings
+from crawler.stages.messages import FetchedPage, groups_from_json
+from crawler.state import keys
 from crawler.store import JobDefinition, PageRecord, open_store
 
 A, B, C, D = (f"http://a.example/{p}" for p in ("", "b", "c", "d"))

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler import redis_server
-from crawler.redis_server import RedisServer, RedisServerError
-from crawler.redisconn import MAX_BLOCK, MIN_BLOCK, SOCKET_TIMEOUT, block_timeout, connect
+from crawler.local import redis_server
+from crawler.local.redis_server import RedisServer, RedisServerError
+from crawler.state.conn import MAX_BLOCK, MIN_BLOCK, SOCKET_TIMEOUT, block_timeout, connect
 
 pytestmark = pytest.mark.own_redis
 

@@ -18,9 +18,9 @@ import redis
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler import jobs
+from crawler.config.settings import Settings
 from crawler.render import decide
 from crawler.render.browser import RenderUnavailable, chromium_path
-from crawler.settings import Settings
 from crawler.testweb.scripted import TIMEOUT_PAGES, ScriptedWeb
 from tests.conftest import ROOT, Workers, rows_by_url
 from tests.integration.test_crawl import cli

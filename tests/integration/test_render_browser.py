@@ -20,18 +20,19 @@ import pytest
 import redis
 from playwright.async_api import BrowserContext, async_playwright
 
-from crawler import jobs, keys
+from crawler import jobs
+from crawler.config.settings import Settings
 from crawler.fetch.client import FetchConfig, runtime
 from crawler.frontier import Entry, Frontier
 from crawler.frontier.core import HostOverride
-from crawler.messages import FetchedPage
 from crawler.render import browser as browser_module
 from crawler.render.browser import ARGS, Browser
 from crawler.render.guard import Guard, HostTurns
-from crawler.settings import Settings
 from crawler.stages.context import Context
 from crawler.stages.fetch import RENDER_WAIT, _mark_for_render
+from crawler.stages.messages import FetchedPage
 from crawler.stages.render import host_limits
+from crawler.state import keys
 from crawler.testweb.scripted import ScriptedWeb
 from tests.conftest import TEST_NETWORKS
 from tests.integration.test_render import require_chromium

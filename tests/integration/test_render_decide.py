@@ -7,9 +7,9 @@ from pathlib import Path
 
 import redis
 
+from crawler.config.settings import Settings
 from crawler.render import decide
 from crawler.render.decide import LATER, NOW, Comparison
-from crawler.settings import Settings
 
 JOB = "job-render"
 GAIN = Comparison(raw_links=0, rendered_links=12, raw_text=10, rendered_text=900)
@@ -88,7 +88,7 @@ def test_the_browsers_host_delay_is_the_one_fetches_keep(r: redis.Redis, tmp_pat
     job_id = jobs.submit(r, Settings.from_env(delay=1.0, per_host=1, shards=1, store=f"sqlite:///{tmp_path / 'c.db'}"),
                          ["http://127.0.4.50/"])
     ctx = Context.default(r)
-    # An operator's delay replaces the job's as the host's floor (crawler.politeness), shorter
+    # An operator's delay replaces the job's as the host's floor (crawler.stages.politeness), shorter
     # or longer; the adaptive delay only raises it.
     ctx.frontier.set_host_override(job_id, "127.0.4.51:80", HostOverride(delay=0.2), shards=1)
     ctx.frontier.set_host_override(job_id, "127.0.4.52:80", HostOverride(delay=0.2), shards=1)

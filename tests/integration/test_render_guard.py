@@ -15,11 +15,11 @@ import pytest
 import redis
 
 from crawler import jobs
+from crawler.config.settings import Settings
 from crawler.fetch.client import runtime
-from crawler.politeness import Politeness
 from crawler.render.browser import Browser, Rendered
 from crawler.render.guard import Guard, HostTurns, Rules
-from crawler.settings import Settings
+from crawler.stages.politeness import Politeness
 from crawler.testweb.appshell import SHELL, AppShellWeb
 from tests.integration.test_render import require_chromium
 from tests.integration.test_render_browser import CONFIG, run

@@ -17,10 +17,11 @@ import psycopg
 import pytest
 import redis
 
-from crawler import embedded, jobs, keys
+from crawler import embedded, jobs
 from crawler.cli import main as cli_main
-from crawler.redis_server import RedisServer
-from crawler.settings import Settings
+from crawler.config.settings import Settings
+from crawler.local.redis_server import RedisServer
+from crawler.state import keys
 from crawler.testweb import TestWeb
 from tests.conftest import ROOT, Workers, wait_done
 

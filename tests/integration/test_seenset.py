@@ -6,9 +6,9 @@ import pytest
 import redis
 
 from crawler import jobs
+from crawler.config.settings import Settings
 from crawler.dedup.seenset import BloomSeenSet, ExactSeen, seen_kind, seen_set
 from crawler.frontier import Entry, Frontier
-from crawler.settings import Settings
 
 A = "http://a.example/"
 

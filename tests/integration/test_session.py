@@ -16,17 +16,18 @@ from typing import Any
 import pytest
 import redis
 
-from crawler import jobs, keys, stages
-from crawler.credentials import Secrets
+from crawler import jobs, stages
+from crawler.config.credentials import Secrets
+from crawler.config.settings import Settings
 from crawler.fetch import FetchConfig
 from crawler.fetch.client import runtime
 from crawler.fetch.jar import CookieJar
-from crawler.messages import FetchedPage
-from crawler.settings import Settings
 from crawler.spiders.loader import prepare
 from crawler.spiders.session import LoginFailed, Session, SessionHops
 from crawler.spiders.sessionstate import SessionState
+from crawler.stages.messages import FetchedPage
 from crawler.stages.session import REFETCH_AFTER
+from crawler.state import keys
 from crawler.testweb import TestWeb
 from crawler.testweb.login import LoginSite
 from tests.conftest import TEST_NETWORKS

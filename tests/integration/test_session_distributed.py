@@ -16,7 +16,7 @@ from pathlib import Path
 import redis
 
 from crawler import jobs
-from crawler.keys import session_cookies
+from crawler.state.keys import session_cookies
 from crawler.store import open_store
 from crawler.testweb import TestWeb
 from crawler.testweb.login import LoginSite

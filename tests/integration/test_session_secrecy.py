@@ -16,11 +16,12 @@ import pytest
 import redis
 from cryptography.fernet import Fernet
 
-from crawler import control, joblog, jobs, keys, stages
-from crawler.lifeline import PARENT_ENV
-from crawler.secretbox import KEY_FILE_VAR, KEY_VAR, SecretBox, new_key
-from crawler.settings import Settings
+from crawler import control, jobs, stages
+from crawler.config.secretbox import KEY_FILE_VAR, KEY_VAR, SecretBox, new_key
+from crawler.config.settings import Settings
+from crawler.local.lifeline import PARENT_ENV
 from crawler.spiders.sessionstate import SESSION_TTL, SessionState
+from crawler.state import joblog, keys
 from crawler.store import open_store
 from crawler.testweb import TestWeb
 from crawler.testweb.login import LoginSite

@@ -15,8 +15,8 @@ import pytest
 import redis
 
 from crawler import jobs
-from crawler.redis_server import find_redis_server
-from crawler.settings import SettingError, Settings
+from crawler.config.settings import SettingError, Settings
+from crawler.local.redis_server import find_redis_server
 from tests.conftest import ROOT
 
 

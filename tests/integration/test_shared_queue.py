@@ -10,10 +10,10 @@ import redis
 
 from crawler import jobs
 from crawler.celeryapp import tasks
+from crawler.config.settings import Settings
 from crawler.frontier import Entry
-from crawler.messages import failed_page
-from crawler.settings import Settings
-from crawler.sharding import SHARED_QUEUE, shard_of_url
+from crawler.frontier.sharding import SHARED_QUEUE, shard_of_url
+from crawler.stages.messages import failed_page
 from crawler.store import open_store
 from tests.conftest import Workers
 

@@ -10,12 +10,12 @@ from collections.abc import Callable
 
 import redis
 
+from crawler.config.settings import Settings
 from crawler.fetch.client import runtime
 from crawler.fetch.robots import RobotsPolicy
-from crawler.jobs import Job
-from crawler.politeness import Politeness
-from crawler.settings import Settings
 from crawler.stages import fetch_config
+from crawler.stages.politeness import Politeness
+from crawler.state.jobconf import Job
 from crawler.testweb import TestWeb
 from tests.web import handlers as hw
 

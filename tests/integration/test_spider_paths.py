@@ -17,8 +17,9 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
-from crawler import jobs, keys
-from crawler.settings import Settings
+from crawler import jobs
+from crawler.config.settings import Settings
+from crawler.state import keys
 from crawler.testweb import TestWeb
 from crawler.web import create_app
 from tests.conftest import Workers, wait_done

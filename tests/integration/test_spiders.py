@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from crawler import control, jobs
-from crawler.settings import Settings
+from crawler.config.settings import Settings
 from crawler.store import open_store
 from crawler.testweb import TestWeb
 from crawler.testweb.catalogue import Catalogue

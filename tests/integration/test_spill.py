@@ -10,10 +10,11 @@ from pathlib import Path
 
 import redis
 
-from crawler import jobs, keys, stages
+from crawler import jobs, stages
+from crawler.config.settings import Settings
 from crawler.frontier import Entry, Fetched, Frontier, spill
-from crawler.messages import LinkGroup
-from crawler.settings import Settings
+from crawler.stages.messages import LinkGroup
+from crawler.state import keys
 from crawler.store import open_store
 from crawler.testweb import TestWeb
 from tests.conftest import Workers, rows_by_url

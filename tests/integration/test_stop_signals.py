@@ -206,7 +206,7 @@ def test_a_signal_leaves_no_process_of_the_crawl(make_web: Callable[..., TestWeb
 def test_a_worker_whose_parent_is_gone_exits_even_if_its_shutdown_hangs() -> None:
     # The watch without the kernel's help (not Linux, or a parent gone before prctl): a process
     # whose recorded parent is not its parent, and whose warm shutdown never ends, still exits.
-    code = ("import time; from crawler import lifeline\n"
+    code = ("import time; from crawler.local import lifeline\n"
             "lifeline.watch_parent(-1, grace=0.5, every=0.05, shutdown=lambda: print('shutdown', flush=True))\n"
             "time.sleep(30)\n")
     started = time.monotonic()

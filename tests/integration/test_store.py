@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler import jobs, keys, stages
+from crawler import jobs, stages
+from crawler.config.settings import Settings
 from crawler.frontier import Entry, Fetched
-from crawler.messages import FetchedPage, groups_from_json
-from crawler.settings import Settings
+from crawler.stages.messages import FetchedPage, groups_from_json
+from crawler.state import keys
 from crawler.store import StoreUnavailable, StoreURLError, open_store
 from crawler.store.base import PageRecord
 from crawler.store.sqlite import SQLiteStore

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from crawler import jobs
-from crawler.settings import Settings
+from crawler.config.settings import Settings
 from crawler.store import open_store
 from crawler.store.base import PageRecord
 from tests.conftest import Workers, wait_done

@@ -19,9 +19,10 @@ import pytest
 import redis
 from warcio.archiveiterator import ArchiveIterator
 
-from crawler import jobs, keys
-from crawler.pg_server import PgServer
-from crawler.settings import Settings
+from crawler import jobs
+from crawler.config.settings import Settings
+from crawler.local.pg_server import PgServer
+from crawler.state import keys
 from crawler.store import PageRecord, StoreUnavailable, open_store
 from tests.conftest import ROOT, Workers, fresh_database, wait_done
 

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler import cli, jobs, keys
+from crawler import cli, jobs
+from crawler.config.settings import Settings
 from crawler.frontier import Entry, Frontier, liveshards, takeover
 from crawler.frontier.rebalance import GRACE, rebalance_if_changed
-from crawler.nodes import record_heartbeat
-from crawler.settings import Settings
-from crawler.sharding import queue_name, ranked_shards, shard_of_host
+from crawler.frontier.sharding import queue_name, ranked_shards, shard_of_host
+from crawler.state import keys
+from crawler.state.nodes import record_heartbeat
 from crawler.testweb import TestWeb
 from crawler.urls import registered_domain
 from tests.conftest import Workers, wait_done

@@ -10,7 +10,7 @@ import redis
 
 from crawler import jobs
 from crawler.celeryapp import tasks
-from crawler.settings import Settings
+from crawler.config.settings import Settings
 from crawler.testweb import TestWeb
 from tests.conftest import Workers, wait_done
 

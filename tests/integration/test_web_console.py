@@ -18,7 +18,7 @@ import redis
 import uvicorn
 
 from crawler import control, jobs
-from crawler.settings import Settings
+from crawler.config.settings import Settings
 from crawler.testweb import TestWeb
 from crawler.web import create_app
 from tests.conftest import Workers

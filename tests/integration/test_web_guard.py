@@ -27,8 +27,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.routing import Mount, Route
 from starlette.testclient import TestClient
 
-from crawler import control, jobs, nodes
-from crawler.settings import Settings
+from crawler import control, jobs
+from crawler.config.settings import Settings
+from crawler.state import nodes
 from crawler.web import create_app
 from crawler.web.api import ENDPOINTS
 from crawler.web.app import MAX_BODY, STATIC, Guard

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import redis
 
-from crawler import jobs, keys
-from crawler.settings import Settings
+from crawler import jobs
+from crawler.config.settings import Settings
+from crawler.state import keys
 from crawler.testweb import TestWeb
 from tests.conftest import Workers, wait_done
 

@@ -6,8 +6,8 @@ import re
 
 from bench.scale import accounted, intervals, key_family, tenth_rates
 from bench.scaleweb import Pages, ScaleSpec, links, reachable
-from crawler import keys
 from crawler.dedup.simhash import simhash
+from crawler.state import keys
 
 SPEC = ScaleSpec(hosts=12, big_hosts=2, big_pages=400, pages=1_200, port=8080)
 

@@ -14,14 +14,14 @@ import pytest
 import yaml
 from celery.bin.celery import celery as celery_cli
 
-from crawler.settings import Settings
+from crawler.config.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 _VAR = re.compile(r"\$\{(\w+)(?:(:-|:\?)([^}]*))?\}")
 SECRETS = {"REDIS_PASSWORD", "POSTGRES_PASSWORD", "FLOWER_PASSWORD", "CONSOLE_PASSWORD", "SESSION_KEY"}
 # The console's credentials (crawler.web.auth), not crawl settings.
 WEB_AUTH = {"CRAWLER_WEB_USER", "CRAWLER_WEB_PASSWORD", "CRAWLER_WEB_TOKEN"}
-# Secrets a worker reads from its environment that are not settings (crawler.secretbox).
+# Secrets a worker reads from its environment that are not settings (crawler.config.secretbox).
 WORKER_SECRETS = {"CRAWLER_SECRET_KEY"}
 
 
@@ -184,7 +184,7 @@ def test_compose_stops_naming_the_missing_secret(compose: dict[str, Any], missin
 
 def test_workers_get_no_store_password_from_jobs_and_a_confined_store(compose: dict[str, Any]) -> None:
     env = {k: _subst(str(v)) for k, v in compose["x-crawler"]["environment"].items()}
-    from crawler.redact import has_password
+    from crawler.config.redact import has_password
 
     assert not has_password(env["CRAWLER_STORE"])  # the password comes from PGPASSWORD
     assert env["PGPASSWORD"] == _TEST_SECRETS["POSTGRES_PASSWORD"]

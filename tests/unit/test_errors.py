@@ -9,10 +9,10 @@ import pytest
 
 from crawler import cli, errors
 from crawler.cli import output as cli_output
+from crawler.config.settings import SettingError
 from crawler.errors import REASONS, ConfigError, CrawlerError, JobNotFound, Reason, StoreError
-from crawler.settings import SettingError
 from crawler.store.base import StoreRefused, StoreUnavailable, StoreURLError
-from crawler.storeplace import StoreNotAllowed
+from crawler.store.place import StoreNotAllowed
 
 # The codes as stored in the ``error`` column and counted as ``error:<code>``: never to change.
 STORED = ("dns", "connect", "timeout", "http_5xx", "http_429", "tls", "http_4xx", "too_large", "redirect_loop",

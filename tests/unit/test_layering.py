@@ -34,7 +34,7 @@ def test_urls_alone_loads_neither_celery_nor_httpx() -> None:
 
 @pytest.mark.parametrize("modules", [
     ("crawler.urls", "crawler.frontier", "crawler.fetch", "crawler.parse", "crawler.store"),
-    ("crawler.dedup", "crawler.jobs", "crawler.stages", "crawler.nodes", "crawler.lifeline"),
+    ("crawler.dedup", "crawler.jobs", "crawler.stages", "crawler.state.nodes", "crawler.local.lifeline"),
     ("crawler.cli",),
 ])
 def test_the_domain_loads_no_celery(modules: tuple[str, ...]) -> None:

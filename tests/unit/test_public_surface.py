@@ -33,7 +33,7 @@ def test_the_spider_api_is_importable_as_documented() -> None:
     ("crawler.web", ["create_app"]),
     ("crawler.cli", ["main", "build_parser"]),
     ("crawler.store", ["open_store", "PageStore", "PageRecord", "JobDefinition"]),
-    ("crawler.settings", ["Settings"]),
+    ("crawler.config.settings", ["Settings"]),
     ("crawler.errors", ["CrawlerError", "ConfigError", "JobNotFound", "BadURL", "StoreError"]),
 ])
 def test_documented_names_stay_where_they_are(module: str, names: list[str]) -> None:

@@ -237,7 +237,7 @@ async function jobPage(view, jobId) {
     logAfter = entries[entries.length - 1].id;
     const pre = q("#log");
     const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
-    // As ``crawler logs`` prints them (crawler.joblog.format_entry).
+    // As ``crawler logs`` prints them (crawler.state.joblog.format_entry).
     const lines = entries.map(e => `${utc(e.ts)} ${e.level.padEnd(7)} ${e.event.padEnd(16)} ${e.node}` +
                                    (e.by ? ` by ${e.by}` : "") + `: ${e.message}`);
     pre.textContent = (pre.textContent ? pre.textContent + "\n" : "") + lines.join("\n");

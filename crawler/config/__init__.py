@@ -1,0 +1,1 @@
+"""Configuration: settings, scope patterns, schedules, credentials and secrets, redaction."""

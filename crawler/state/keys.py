@@ -1,0 +1,312 @@
+"""Every Redis key the crawler uses, named in one place (the bottom layer: imports nothing from
+``crawler``). A job's keys share the hash tag ``{job}`` so one script may touch any of them on a
+Redis Cluster; keys of no job (``c:jobs``, wake lists, nodes, the beat lock) have no tag.
+
+Lua scripts spell the per-job names too where they build keys from data (a host's queue, a
+shard's ready set): those take the job's ``prefix`` in ARGV, and the names here and in the
+scripts (``crawler.frontier.lua``, ``crawler.dedup.neardup``) must agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+JOBS = "c:jobs"  # ids of jobs that may have work to dispatch
+ALL_JOBS = "c:jobs:all"  # every job submitted, scored by when (newest last); purge removes it
+PERIODIC = "c:periodic"  # ids of periodic jobs, for the beat's cycle check
+BEAT_LOCK = "c:beat:lock"  # held by the one beat allowed to send periodic tasks
+BEAT_TICKS = "c:beat:ticks"  # cycle checks run, for status and tests
+NODES = "c:nodes"  # node name -> its latest heartbeat figures (crawler.state.nodes)
+NODE_FETCHED = "c:nodes:fetched"  # node name -> pages it has fetched
+SHARDS_DOWN = "c:shards:down"  # shards whose hosts their backups serve (crawler.frontier.liveshards)
+
+
+def prefix(job: str) -> str:
+    """What every key of the job starts with."""
+    return f"c:{{{job}}}:"
+
+
+def job_pattern(job: str) -> str:
+    """A SCAN pattern matching every key of the job."""
+    return prefix(job) + "*"
+
+
+# -- the job's own records (crawler.jobs) --
+
+def meta(job: str) -> str:
+    return prefix(job) + "meta"
+
+
+def counters(job: str) -> str:
+    return prefix(job) + "cnt"
+
+
+def store_error(job: str) -> str:
+    """The job's store error while it lasts (crawler.state.store_errors)."""
+    return prefix(job) + "storeerr"
+
+
+def robots_wait(job: str) -> str:
+    """``"<origin> <why>"`` scored by when its URLs may ask for its robots.txt again: origins whose
+    robots.txt could not be had (pruned as they come due)."""
+    return prefix(job) + "robwait"
+
+
+def cycle(job: str, number: int | str) -> str:
+    """Start, end and counters of one cycle of a periodic job."""
+    return prefix(job) + f"cyc:{number}"
+
+
+# -- the frontier (crawler.frontier; record formats in crawler.frontier.records) --
+
+def seen(job: str) -> str:
+    """url -> shortest depth found at (or a mark: stored, over budget, skipped)."""
+    return prefix(job) + "seen"
+
+
+HOST_QUEUE = "q:"  # a host's queue is prefix + HOST_QUEUE + host
+
+
+def host_queue(job: str, host: str) -> str:
+    return prefix(job) + HOST_QUEUE + host
+
+
+def host_queue_pattern(job: str) -> str:
+    """A SCAN pattern matching every host queue of the job."""
+    return prefix(job) + HOST_QUEUE + "*"
+
+
+def ready(job: str, shard: int) -> str:
+    """A shard's hosts with queued URLs, scored by when each may next be fetched."""
+    return prefix(job) + f"ready:{shard}"
+
+
+def leases(job: str) -> str:
+    """url -> lease value (``records.Lease``)."""
+    return prefix(job) + "lease"
+
+
+def lease_expiry(job: str) -> str:
+    """Leased URLs scored by when their lease expires."""
+    return prefix(job) + "lexp"
+
+
+def query_variants(job: str, shape: str) -> str:
+    """Digests of the URLs admitted under one query shape of one host (``crawler.dedup.variants``);
+    ``shape`` is already a digest."""
+    return prefix(job) + "qv:" + shape
+
+
+def retries(job: str) -> str:
+    """``records.Retry`` members scored by when they are due."""
+    return prefix(job) + "retry"
+
+
+def host_inflight(job: str) -> str:
+    """host -> requests in flight."""
+    return prefix(job) + "inf"
+
+
+def ip_inflight(job: str) -> str:
+    """ip key -> requests in flight to hosts on that address."""
+    return prefix(job) + "ipinf"
+
+
+def host_ip(job: str) -> str:
+    """host -> the address it last answered from."""
+    return prefix(job) + "ip"
+
+
+IP_WAIT = "ipwait:"
+
+
+def ip_wait(job: str, ipkey: str) -> str:
+    """``records.IpWait`` members: hosts waiting for a slot of address ``ipkey``."""
+    return prefix(job) + IP_WAIT + ipkey
+
+
+def ip_wait_pattern(job: str) -> str:
+    return prefix(job) + IP_WAIT + "*"
+
+
+def host_next(job: str) -> str:
+    """host -> the earliest time it may be fetched again."""
+    return prefix(job) + "next"
+
+
+def host_delays(job: str) -> str:
+    """host -> its current delay, where it differs from the job's (adaptive politeness)."""
+    return prefix(job) + "delay"
+
+
+def host_overrides(job: str) -> str:
+    """host -> ``"<delay> <per_host>"`` an operator set for it (``-`` for either left to the job)."""
+    return prefix(job) + "ovr"
+
+
+def host_fetched(job: str) -> str:
+    """host -> pages fetched from it (for the hosts table of status, the API and the console)."""
+    return prefix(job) + "hostf"
+
+
+def host_errors(job: str) -> str:
+    """host -> fetches from it that ended in an error."""
+    return prefix(job) + "hoste"
+
+
+def job_log(job: str) -> str:
+    """The job's central log: a capped stream of its warnings, errors and events (crawler.state.joblog)."""
+    return prefix(job) + "log"
+
+
+def host_admitted(job: str) -> str:
+    """host -> URLs admitted (the per-host page budget)."""
+    return prefix(job) + "hostn"
+
+
+def spill_staged(job: str) -> str:
+    """URLs over their host's Redis queue cap, on their way to the store's frontier table:
+    ``"<seq> <host> <entry>"`` scored by when they were staged (crawler.frontier.spill)."""
+    return prefix(job) + "spill"
+
+
+def spill_seq(job: str) -> str:
+    """host -> the sequence number of its last URL sent to the store (never reused)."""
+    return prefix(job) + "spseq"
+
+
+def spill_refilled(job: str) -> str:
+    """host -> the sequence number of its last URL brought back from the store into its queue."""
+    return prefix(job) + "spref"
+
+
+def spill_lock(job: str) -> str:
+    """Held while a refill task for the job is on its way or running."""
+    return prefix(job) + "splock"
+
+
+def pending_links(job: str) -> str:
+    """Link batches on their way to dedup, scored by when to send them again."""
+    return prefix(job) + "pend"
+
+
+def pending_link_bodies(job: str) -> str:
+    """token -> the links of a pending batch (JSON)."""
+    return prefix(job) + "pendb"
+
+
+def pending_parts(job: str, token: str) -> str:
+    """Parts of a big link batch admitted so far."""
+    return prefix(job) + f"pendc:{token}"
+
+
+def body(job: str, token: str, url: str) -> str:
+    # Keyed by URL, not position: one dispatch token is shared by several fetch tasks.
+    return prefix(job) + f"b:{token}:{hashlib.blake2b(url.encode(), digest_size=8).hexdigest()}"
+
+
+def sitemaps(job: str) -> str:
+    """Origins whose sitemaps the job has queued already."""
+    return prefix(job) + "sitemaps"
+
+
+WAKE = "c:wake:"
+
+
+def wake(shard: int | str) -> str:
+    """A shard's wake list: pushed when it may have work, its dispatchers block on it."""
+    return f"{WAKE}{shard}"
+
+
+def wake_one(dispatcher: str) -> str:
+    """One dispatcher's own wake list (pushed when it is told to stop)."""
+    return f"{WAKE}d:{dispatcher}"
+
+
+# -- dedup (crawler.dedup) --
+
+def bloom_meta(job: str) -> str:
+    return prefix(job) + "bloom"
+
+
+def bloom_segment(job: str, layer: int | str, segment: int | str) -> str:
+    return prefix(job) + f"bf:{layer}:{segment}"
+
+
+def bloom_memo(job: str, token: str) -> str:
+    return prefix(job) + f"bm:{token}"
+
+
+SIMHASH_BAND = "sh:"  # every key of the near-duplicate index starts so (crawler.dedup.neardup)
+SIMHASH_BUCKET_BITS = 7  # a band key holds 2**7 band values, one hash field each
+SIMHASH_PAGES_PER_KEY = 128  # pages per list of the index's page records
+
+
+def simhash_band(job: str, band: int | str, bucket: int | str) -> str:
+    """Band ``band`` of the near-duplicate index, for band values ``bucket << SIMHASH_BUCKET_BITS``
+    on: a hash of band value's low bits -> the pages having it."""
+    return prefix(job) + f"{SIMHASH_BAND}{band}:{bucket}"
+
+
+def simhash_pages(job: str, bucket: int | str) -> str:
+    """Records ("hi lo url") of the near-duplicate index's pages ``bucket * SIMHASH_PAGES_PER_KEY``
+    on, in the order they were numbered."""
+    return prefix(job) + f"{SIMHASH_BAND}d:{bucket}"
+
+
+def simhash_band_pattern(job: str) -> str:
+    """A SCAN pattern matching every key of the near-duplicate index but its counter."""
+    return prefix(job) + SIMHASH_BAND + "*"
+
+
+def simhash_seq(job: str) -> str:
+    """The near-duplicate index's page counter (earlier page = original)."""
+    return prefix(job) + "shseq"
+
+
+# -- rendering (crawler.render) --
+
+def render_decisions(job: str) -> str:
+    """host -> ``yes`` or ``no``: whether render=auto renders the host's pages (absent: sampling)."""
+    return prefix(job) + "render"
+
+
+def render_stats(job: str) -> str:
+    """``<host>|<field>`` -> counts behind the decisions: pages compared, pages that gained,
+    pages fetched since the last check."""
+    return prefix(job) + "renderst"
+
+
+# -- sessions (crawler.spiders.sessionstate) --
+
+def session(job: str) -> str:
+    """The job's session: its generation, whether it is live, login attempts so far."""
+    return prefix(job) + "sess"
+
+
+def session_cookies(job: str) -> str:
+    """The session's cookies: cookie key -> the cookie (``crawler.fetch.jar.Cookie``) sealed with
+    the workers' key (``crawler.config.secretbox``)."""
+    return prefix(job) + "jar"
+
+
+def session_lock(job: str) -> str:
+    """Held by the one worker logging the job in."""
+    return prefix(job) + "login"
+
+
+def session_all(job: str) -> tuple[str, str, str]:
+    """Every key of the job's session, deleted when the job ends (``crawler.jobs.stop``, and the
+    frontier's ``done_check`` in ``scripts/helpers.lua``, which spells the same names)."""
+    return session(job), session_cookies(job), session_lock(job)
+
+
+# -- fetch --
+
+def robots(origin: str, scope: str) -> str:
+    """A parsed robots.txt, shared by the jobs of one network policy ``scope``."""
+    return f"c:robots:{scope}:{origin}"
+
+
+def delivery(task_id: str) -> str:
+    return f"c:deliv:{task_id}"

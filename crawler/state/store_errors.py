@@ -1,0 +1,43 @@
+"""A job's store error while it lasts: the record ``status`` shows (since when, how many
+retries, the last node and error). When the store task tries again is the retry policy's
+(``crawler.stages.retry_policy.store_wait``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from redis import Redis
+
+from crawler.config.redact import redact
+from crawler.state import keys
+from crawler.state.conn import text
+
+
+def report(redis: Redis, job_id: str, error: str, node: str, ttl: float) -> None:
+    """Record the store error for ``status`` (it ends with the first store that succeeds, or
+    ``ttl`` seconds after the last report, if nobody is trying any more) and count the retry."""
+    now = time.time()
+    key = keys.store_error(job_id)
+    pipe = redis.pipeline(transaction=False)
+    pipe.hsetnx(key, "since", now)
+    pipe.hset(key, mapping={"error": redact(error), "node": node, "last": now})
+    pipe.hincrby(key, "retries", 1)
+    pipe.expire(key, max(1, int(ttl)))
+    pipe.hincrby(keys.counters(job_id), "store_retries", 1)
+    pipe.execute()
+
+
+def clear(redis: Redis | Any, job_id: str) -> None:
+    """The store took a write: the outage, if there was one, is over (``redis`` may be a pipeline)."""
+    redis.delete(keys.store_error(job_id))
+
+
+def current(redis: Redis, job_id: str) -> dict[str, Any] | None:
+    """The store error being retried now, if any: error, node, since, last, retries."""
+    raw = redis.hgetall(keys.store_error(job_id))
+    if not raw:
+        return None
+    d = {text(k): text(v) for k, v in raw.items()}
+    return {"error": d.get("error", ""), "node": d.get("node", ""), "since": float(d.get("since", 0)),
+            "last": float(d.get("last", 0)), "retries": int(d.get("retries", 0))}

@@ -1,0 +1,54 @@
+"""``crawler.state.keys`` is the one place key names live, and the bottom layer."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from crawler.dedup import neardup
+from crawler.frontier import lua
+from crawler.state import keys
+
+
+def test_keys_imports_nothing_from_crawler() -> None:
+    tree = ast.parse(Path(keys.__file__).read_text())
+    imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    assert not [m for m in imported if m.split(".")[0] == "crawler"]
+
+
+def test_every_job_key_carries_the_jobs_hash_tag() -> None:
+    p = keys.prefix("j1")
+    assert p == "c:{j1}:"
+    built = [*lua.job_keys("j1")[:-1], keys.host_queue("j1", "a.com"), keys.ready("j1", 2),
+             keys.ip_wait("j1", "h:a.com"), keys.pending_parts("j1", "t"), keys.cycle("j1", 3),
+             keys.simhash_band("j1", 0, 7), keys.simhash_pages("j1", 7), keys.simhash_seq("j1"), keys.sitemaps("j1"),
+             keys.bloom_meta("j1"), keys.body("j1", "t", "http://a.com/")]
+    assert all(k.startswith(p) for k in built)
+    assert len(set(built)) == len(built)
+
+
+def test_names_the_scripts_build_from_the_prefix_agree() -> None:
+    # Keys named after data are built inside the scripts from ARGV[1]; spelled here, too.
+    p = keys.prefix("j")
+    for built, spelled in [(keys.host_queue("j", "h"), "'q:' .. host"),
+                           (keys.ready("j", 1), "'ready:' .. shard"),
+                           (keys.ip_wait("j", "k"), "'ipwait:' .. ipk"),
+                           (keys.pending_parts("j", "t"), "'pendc:' .. token"),
+                           (keys.cycle("j", 1), "'cyc:' .. cycle")]:
+        assert built.startswith(p + spelled.split("'")[1])
+        assert spelled in lua.ADMIT + lua.DISPATCH + lua.CLAIM_CYCLE + lua.REAP
+    assert keys.wake(3) == "c:wake:3" and "'c:wake:' .. shard" in lua.DISPATCH
+    assert keys.simhash_band("j", 0, 5) == p + "sh:0:5" and "P .. 'sh:' .. b .. ':'" in neardup._FIND_OR_ADD
+    assert keys.simhash_pages("j", 5) == p + "sh:d:5" and "P .. 'sh:d:'" in neardup._FIND_OR_ADD
+    assert keys.simhash_pages("j", 5).startswith(keys.simhash_band_pattern("j")[:-1])
+
+
+def test_frontier_scripts_keys_order() -> None:
+    names = lua.job_keys("j")
+    assert names[0] == keys.meta("j") and names[3] == keys.leases("j") and names[-1] == keys.JOBS
+    for i, (local, name) in enumerate(lua._FIXED, start=1):
+        assert names[i - 1] == keys.prefix("j") + name
+        assert f"local {local} = KEYS[{i}]\n" in lua.DISPATCH
+        assert f"local {local} = KEYS[{i}]\n" in lua.ADMIT
+    assert f"local KJOBS = KEYS[{len(lua._FIXED) + 1}]\n" in lua.DISPATCH and len(names) == len(lua._FIXED) + 1
