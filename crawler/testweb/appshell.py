@@ -21,10 +21,12 @@ import json
 import sys
 import threading
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from crawler.testweb.server import QuietHandler
 
 STATIC = Path(__file__).with_name("static")
 TEXT = ("Every word of this paragraph was put here by the application's script after the page loaded, "
@@ -129,12 +131,7 @@ class AppShellWeb:
     def start(self) -> AppShellWeb:
         web = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def _answer(self, method: str) -> None:
                 parts = urlsplit(self.path)
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))

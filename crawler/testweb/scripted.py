@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from http.server import ThreadingHTTPServer
+
+from crawler.testweb.server import QuietHandler
 
 SCRIPTED_PAGES = ("/a1", "/a2", "/a3", "/a4")
 TIMEOUT_PAGES = ("/loop", "/busy")  # rendered only until their deadline
@@ -95,12 +96,7 @@ class ScriptedWeb:
     def start(self) -> ScriptedWeb:
         web = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 ip = str(self.server.server_address[0])  # type: ignore[index]  # an AF_INET address here
                 path = self.path.split("?", 1)[0]

@@ -36,6 +36,19 @@ class Hit:
     status: int = 0  # the status answered (0: a custom route's)
 
 
+class QuietHandler(BaseHTTPRequestHandler):
+    """What every test-web server answers with: HTTP/1.1 keep-alive, no access log, and
+    TCP_NODELAY, as real servers set it: http.server writes the headers and the body apart, and
+    Nagle's algorithm held the body back for the client's delayed ACK (40 ms on Linux), which
+    made every keep-alive request after the first wait for it."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -171,16 +184,7 @@ class TestWeb:
     def _handler(self, site: int) -> type[BaseHTTPRequestHandler]:
         web = self
 
-        class H(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            # TCP_NODELAY, as real servers set it: http.server writes the headers and the body
-            # apart, and Nagle's algorithm held the body back for the client's delayed ACK
-            # (40 ms on Linux), which made every keep-alive request after the first wait for it.
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args: object) -> None:
-                pass
-
+        class H(QuietHandler):
             status = 0
 
             def do_GET(self) -> None:

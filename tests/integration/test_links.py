@@ -11,7 +11,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -25,6 +25,7 @@ from crawler.frontier import Entry, Frontier, lua
 from crawler.stages.messages import LinkGroup, groups_from_json, groups_to_json
 from crawler.state import keys
 from crawler.testweb import TestWeb
+from crawler.testweb.server import QuietHandler
 from tests.unit.dedup.test_simhash import ARTICLE
 from tests.web import handlers as hw
 
@@ -140,16 +141,12 @@ def test_the_host_budget_is_on_by_default(r: redis.Redis, tmp_path: Path) -> Non
     assert jobs.status(r, job_id)["counters"]["dropped_host_budget"] == 1
 
 
-class _SessionTrap(BaseHTTPRequestHandler):
+class _SessionTrap(QuietHandler):
     """``/`` links to a session page; every session page is the same article under its id and
     links to three pages with new ids. The id's name is on no list of session parameters (those
     are stripped from URLs): the near-duplicate rule has to find this trap."""
 
-    protocol_version = "HTTP/1.1"
     served: list[str] = []
-
-    def log_message(self, *args: object) -> None:
-        pass
 
     def do_GET(self) -> None:
         parts = urlsplit(self.path)
@@ -188,17 +185,13 @@ def test_a_default_crawl_stays_out_of_a_session_id_trap(make_web: Callable[..., 
 ITEMS = [str(uuid.UUID(int=random.Random(7).getrandbits(128) + i)) for i in range(150)]
 
 
-class _SmallTraps(BaseHTTPRequestHandler):
+class _SmallTraps(QuietHandler):
     """Tiny pages, too small for the near-duplicate rule: ``/session?sid=<new id>`` twice on every
     session page (a numbered session, as servers that count sessions make), ``/cart?state=<new
     token>`` twice on every cart page (a name no list knows), and a catalogue whose items are
     named by opaque ids and link to each other, which no trap rule may cut."""
 
-    protocol_version = "HTTP/1.1"
     served: list[str] = []
-
-    def log_message(self, *args: object) -> None:
-        pass
 
     def do_GET(self) -> None:
         parts = urlsplit(self.path)
