@@ -15,6 +15,7 @@ not marked seen and may still be admitted from a page without a token.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -41,16 +42,33 @@ def _names(url: str) -> str:
 def trap_candidates(links: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """(url, group) of the (url, referrer) pairs that count against a group (see the module)."""
     out = []
+    # A page's links share their referrer: read it once per batch, not once per link.
+    pages: dict[str, tuple[str, str, bool]] = {}
     for url, referrer in links:
-        if "?" not in url or not referrer or host_key(referrer) != host_key(url):
+        if "?" not in url or not referrer:
+            continue
+        page = pages.get(referrer)
+        if page is None:
+            page = pages[referrer] = (host_key(referrer), _names(referrer), token_shape(referrer) is not None)
+        page_host, page_names, page_token = page
+        if page_host != host_key(url):
             continue
         group = _names(url)
-        same = _names(referrer) == group
+        same = page_names == group
         link_token = token_shape(url) is not None
-        page_token = token_shape(referrer) is not None
-        if (link_token and (page_token or same)) or (same and page_token):
+        if (link_token and (page_token or same)) or (same and (page_token or _opaque(url) or _opaque(referrer))):
             out.append((url, group))
     return out
+
+
+# Between variants of one path a looser test: a value of 16+ token characters with letters and
+# digits both. About 1 random base64 id in 70 passes for a word under ``is_token``; two such in
+# a row (a link and the page it is on) would otherwise let a trap's link through uncounted.
+_OPAQUE_RE = re.compile(r"=(?=[A-Za-z0-9_.~+/=-]*[0-9])(?=[A-Za-z0-9_.~+/=-]*[A-Za-z])[A-Za-z0-9_.~+/=-]{16,}(?:&|$)")
+
+
+def _opaque(url: str) -> bool:
+    return _OPAQUE_RE.search(url.partition("?")[2]) is not None
 
 
 class QueryVariants:
