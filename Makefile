@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # the default pre-assignment, keeps the long end-to-end tests from piling onto one process.
 PYTEST_WORKERS ?= auto
 
-.PHONY: install test lint docs unit demo settings-table clean bench bench-install bench-extract bench-dedup bench-scaling bench-scale up down
+.PHONY: install test lint docs unit demo settings-table clean bench bench-polite bench-cycle bench-client bench-install bench-redis bench-extract bench-dedup bench-scaling bench-scale up down
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -46,12 +46,31 @@ demo: $(PY)
 	$(VENV)/bin/crawler demo --out crawl-out
 
 # Benchmarks, not tests: numbers for the README and issue notes.
-# `make bench`: ours against Scrapy and scrapy-redis on one synthetic web (installs the peers),
-# then the CPU cost per page of main-text extraction (`--extract`), then rendering's pages/s and memory.
+# `make bench`: first the headline, the polite many-host comparison (500 hosts x 40 pages, one
+# request in flight per host and robots.txt on both sides, ours with its defaults against Scrapy;
+# POLITE_ARGS="--hosts 100 --runs 1" for a quick look), then
+# ours against Scrapy and scrapy-redis on one synthetic web (installs the peers),
+# then the CPU cost per page of main-text extraction (`--extract`), then rendering's pages/s and memory,
+# then Redis commands, CPU and bytes per unit (docs/capacity.md).
 bench: bench-install
+	$(PY) -m bench.polite $(POLITE_ARGS)
 	$(PY) -m bench.peers $(BENCH_ARGS)
 	$(PY) -m bench.extract_cost
 	$(PY) -m bench.render
+	$(PY) -m bench.redis_cost
+
+bench-redis: $(PY)
+	$(PY) -m bench.redis_cost
+
+bench-polite: bench-install
+	$(PY) -m bench.polite $(POLITE_ARGS)
+
+bench-cycle: $(PY)
+	$(PY) -m bench.host_cycle
+	$(PY) -m bench.cycle_trace
+
+bench-client: $(PY)
+	$(PY) -m bench.client_cost
 
 bench-extract: $(PY)
 	$(PY) -m bench.extract_cost

@@ -108,8 +108,11 @@ def our_settings(redis_url: str, spec: WebSpec, workers: int, features_off: bool
                              allow_domains=list(spec.ips), task_events=False, **{"shards": 1, **off, **extra})
 
 
-def run_ours(spec: WebSpec, workers: int, work: Path, features_off: bool = False) -> Outcome:
+def run_ours(spec: WebSpec, workers: int, work: Path, features_off: bool = False,
+             settings_of: Callable[..., Settings] | None = None) -> Outcome:
+    """``settings_of``: our_settings's stand-in for another web (bench/polite.py)."""
     usage = Usage()
+    settings_of = settings_of or our_settings
     with RedisServer() as server:
         cpu0 = _redis_cpu(server.url)
         redis_cpu = [0.0]
@@ -121,7 +124,7 @@ def run_ours(spec: WebSpec, workers: int, work: Path, features_off: bool = False
             if elapsed > LIMIT:
                 raise KeyboardInterrupt
 
-        outcome = crawl(our_settings(server.url, spec, workers, features_off), spec.seeds(), str(work), progress,
+        outcome = crawl(settings_of(server.url, spec, workers, features_off), spec.seeds(), str(work), progress,
                         poll=0.1)
     stored = outcome.status["counters"].get("stored")
     return Outcome(usage, redis_cpu[0], stored)
@@ -153,11 +156,13 @@ def run_distributed(spec: WebSpec, shards: int, work: Path) -> Outcome:
     return Outcome(usage, redis_cpu, st["counters"].get("stored"))
 
 
-def run_scrapy(spec: WebSpec, processes: int, work: Path) -> Outcome:
-    """Scrapy in one process, or scrapy-redis in several sharing one Redis."""
+def run_scrapy(spec: WebSpec, processes: int, work: Path, extra: tuple[str, ...] = ()) -> Outcome:
+    """Scrapy in one process, or scrapy-redis in several sharing one Redis; ``extra``: more
+    arguments for ``bench.scrapy_peer`` (``--polite``)."""
     server = RedisServer().start() if processes > 1 else None
     try:
-        cmd = [sys.executable, "-m", "bench.scrapy_peer", "--out", str(work), "--allowed", ",".join(spec.ips)]
+        cmd = [sys.executable, "-m", "bench.scrapy_peer", "--out", str(work), "--allowed", ",".join(spec.ips),
+               *extra]
         cpu0 = 0.0
         if server is not None:
             client = connect(server.url)

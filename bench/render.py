@@ -1,5 +1,5 @@
 """Rendering cost (part of ``make bench``): a crawl of a site whose pages build their links with
-scripts (4 hosts on 127.0.6.1-4, 2,400 pages; by default app shells built by Vue's production
+scripts (4 hosts on 127.0.6.1-4, 600 pages unless told; by default app shells built by Vue's production
 build and an app script, external files, from fetched JSON: ``--site inline`` for inline
 scripts), with ``--render always``: one shard worker and
 one render worker (one Chromium, ``render_pages`` pages at once), as ``crawler crawl`` runs them.
@@ -9,7 +9,13 @@ every ``render_recycle_pages`` pages): flat when the median PSS over the last te
 taken after the first restart is within FLAT (1.25x) of the median over their first tenth. Exits
 non-zero only when fewer than 99% of the pages were rendered. Needs Debian's chromium.
 
-    python -m bench.render [--pages 2400] [--hosts 4] [--site external|inline]
+    python -m bench.render [--pages 600] [--hosts 4] [--site external|inline] [--recycle N]
+
+``make bench`` runs the default, 600 pages (about 6 minutes here): enough for a few browser
+restarts at the default recycling. The figures in docs/benchmarks.md are of 2,000 pages and more
+(about 20 minutes each): ``python -m bench.render --pages 2000 [--recycle N]``. Besides the summary,
+the result file has the median PSS and the pages/s of each tenth of the run, to see whether
+memory stays flat and speed holds over it.
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ from crawler.render.browser import RenderUnavailable, chromium_path
 
 FANOUT = 4
 VUE = Path(__file__).resolve().parent.parent / "crawler" / "testweb" / "static" / "vue.global.prod.js"
+# The counters of pages the browser did not render (wholly); the other render_* ones count its requests.
+RENDER_ERRORS = frozenset({"render_timeout", "render_failed", "render_crashed", "render_body_lost", "render_too_large",
+                           "render_unavailable"})
 FLAT = 1.25  # the last tenth's median memory over the first tenth's, at most, for "flat"
 TEXT = "Rendered text that a script writes into the page for the crawler to read. " * 20
 
@@ -127,13 +136,31 @@ def render_worker_memory() -> tuple[int, int]:
     return 0, 0
 
 
+def _tenths(values: list[int]) -> list[list[int]]:
+    """``values`` cut into ten consecutive parts (fewer when there are fewer than ten), none empty."""
+    n = min(10, len(values))
+    return [values[i * len(values) // n:(i + 1) * len(values) // n] for i in range(n)]
+
+
+def _rates(samples: list[tuple[float, int, int, int]]) -> list[float]:
+    """Rendered pages/s over each tenth of the run's samples."""
+    out = []
+    for part in _tenths(list(range(len(samples)))):
+        (t0, n0, *_), (t1, n1, *_) = samples[max(0, part[0] - 1)], samples[part[-1]]
+        out.append(round((n1 - n0) / (t1 - t0), 2) if t1 > t0 else 0.0)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pages", type=int, default=2400)
+    ap.add_argument("--pages", type=int, default=600,
+                    help="pages to render (default 600; the documented figures: --pages 2000)")
     ap.add_argument("--hosts", type=int, default=4)
     ap.add_argument("--site", choices=("external", "inline"), default="external",
                     help="external: app-shell pages built by Vue's production build and an app script, both "
                          "external files, from fetched JSON (default); inline: pages built by an inline script")
+    ap.add_argument("--recycle", type=int, default=None,
+                    help="restart the browser after this many pages (default: the render_recycle_pages setting)")
     args = ap.parse_args()
     try:
         chromium_path()
@@ -152,7 +179,7 @@ def main() -> None:
             samples.append((elapsed, st["counters"].get("rendered", 0), *render_worker_memory()))
 
     settings = Settings.from_env(render="always", shards=1, workers=1, allow_networks=[f"{ip}/32" for ip in ips],
-                                 allow_domains=ips, task_events=False)
+                                 allow_domains=ips, task_events=False, render_recycle_pages=args.recycle)
     with tempfile.TemporaryDirectory(prefix="bench-render-") as tmp:
         started = time.monotonic()
         outcome = crawl(settings, [f"http://{ip}:{port}/p0" for ip in ips], tmp, progress, poll=0.5)
@@ -170,8 +197,11 @@ def main() -> None:
     tail = statistics.median(steady[-tenth:]) if steady else 0
     flat = bool(steady) and tail <= FLAT * head
     result = {
+        "pss_by_tenth_mb": [round(statistics.median(part) / 2**20) for part in _tenths(live)],
+        "pages_per_s_by_tenth": _rates(samples),
         "pages": args.pages, "hosts": args.hosts, "site": args.site, "rendered": rendered, "stored": c.get("stored", 0),
-        "render_errors": {k: v for k, v in c.items() if k.startswith("render_") and k != "render_queued"},
+        "render_errors": {k: v for k, v in c.items() if k in RENDER_ERRORS},
+        "render_counters": {k: v for k, v in c.items() if k.startswith("render_")},
         "wall_s": wall, "rendered_per_s": rendered / wall,
         "render_worker_peak_pss_mb": max(live, default=0) / 2**20,
         "render_worker_peak_rss_sum_mb": max(live_rss, default=0) / 2**20,
@@ -191,6 +221,7 @@ def main() -> None:
           f"{' after the first restart' if result['pss_after_first_recycle'] else ''}, "
           f"{result['pss_last_tenth_mb']:.0f} MB over the last: "
           f"{'flat' if flat else 'NOT flat'} (last/first within {FLAT}x)")
+    print(f"over the run, by tenths: PSS {result['pss_by_tenth_mb']} MB; pages/s {result['pages_per_s_by_tenth']}")
     print(f"written: {out}")
     if rendered < args.pages * 0.99:
         sys.exit(f"bench.render: only {rendered} of {args.pages} pages rendered")

@@ -1,6 +1,7 @@
 """The peers: the same crawl written as a user of Scrapy (one process) or scrapy-redis (several
 processes sharing a Redis scheduler and dupefilter) would write it. Follow every link in scope,
-extract title and links, write them as JSON lines; default dupefilter; no delay, no robots.txt.
+extract title and links, write them as JSON lines; default dupefilter; no delay, no robots.txt (``--polite``: our
+defaults' politeness, see POLITE).
 
     python -m bench.scrapy_peer --out DIR --allowed IP[,IP...] (--seeds FILE | --redis URL)
 
@@ -27,6 +28,24 @@ SETTINGS: dict[str, Any] = {
     "TELNETCONSOLE_ENABLED": False,
     "USER_AGENT": "bench-scrapy",
 }
+# ``--polite``: the politeness of our defaults in Scrapy's terms (bench/polite.py). One request in
+# flight per host, robots.txt obeyed, and AutoThrottle as our adaptive delay: no fixed delay, a
+# start delay of 0 (ours starts at the configured delay, 0), one request per host as its target
+# (a host's delay follows its response time), capped at 60 s as our max_delay is.
+POLITE: dict[str, Any] = {
+    "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
+    "ROBOTSTXT_OBEY": True,
+    "DOWNLOAD_DELAY": 0,
+    "AUTOTHROTTLE_ENABLED": True,
+    "AUTOTHROTTLE_START_DELAY": 0,
+    "AUTOTHROTTLE_TARGET_CONCURRENCY": 1.0,
+    "AUTOTHROTTLE_MAX_DELAY": 60.0,
+    # Scrapy's documented setting for broad crawls (docs: "Broad Crawls"): the scheduler hands the
+    # downloader requests for hosts with the fewest in flight. Its default queue feeds requests
+    # depth-first, and with one request per host the 64 downloader slots fill with requests
+    # for a few hosts that wait their turn there, so a 500-host crawl runs a few hosts at a time.
+    "SCHEDULER_PRIORITY_QUEUE": "scrapy.pqueues.DownloaderAwarePriorityQueue",
+}
 
 
 def main() -> None:
@@ -36,6 +55,8 @@ def main() -> None:
     ap.add_argument("--seeds")
     ap.add_argument("--redis", help="scrapy-redis: shared scheduler and dupefilter on this Redis")
     ap.add_argument("--idle-close", type=float, default=3.0)
+    ap.add_argument("--polite", action="store_true", help="one request per host, robots.txt, AutoThrottle")
+    ap.add_argument("--no-throttle", action="store_true", help="with --polite: no AutoThrottle")
     args = ap.parse_args()
 
     from scrapy import Spider, signals
@@ -44,7 +65,9 @@ def main() -> None:
     out = Path(args.out)
     feed = out / f"items-{os.getpid()}.jsonl"
     state = {"responses": 0, "last": 0.0}
-    settings = {**SETTINGS, "FEEDS": {str(feed): {"format": "jsonlines"}}}
+    settings = {**SETTINGS, **(POLITE if args.polite else {}), "FEEDS": {str(feed): {"format": "jsonlines"}}}
+    if args.no_throttle:
+        settings["AUTOTHROTTLE_ENABLED"] = False
     base: type[Any] = Spider
     if args.redis:
         from scrapy_redis.spiders import RedisSpider

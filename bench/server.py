@@ -81,6 +81,9 @@ def load_pages(root: Path, ips: list[str]) -> dict[tuple[str, str], bytes]:
             pages[(ip, rel)] = _response(200, f.read_bytes())
             if rel == "/" + file_of("/"):
                 pages[(ip, "/")] = pages[(ip, rel)]
+        robots = base / "robots.txt"
+        if robots.exists():  # a web that has one (bench/polite.py); otherwise robots.txt is a 404
+            pages[(ip, "/robots.txt")] = _response(200, robots.read_bytes())
     return pages
 
 
@@ -138,7 +141,7 @@ class StaticServer:
         p = psutil.Process(self.proc.pid)
         return [p.pid] + [c.pid for c in p.children(recursive=True)]
 
-    def _wait_listening(self, timeout: float = 10.0) -> None:
+    def _wait_listening(self, timeout: float = 120.0) -> None:  # a big web takes a while to load
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc is not None

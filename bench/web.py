@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -120,26 +121,31 @@ def links_of(spec: WebSpec, host: int, i: int) -> list[tuple[str, str]]:
     return out
 
 
-def render(spec: WebSpec, host: int, i: int) -> bytes:
+def render(spec: WebSpec, host: int, i: int, pool: Sequence[str] = ()) -> bytes:
+    """Page ``i`` of ``host``. Its text is drawn word by word, or, given a ``pool`` of paragraphs
+    (bench/polite.py's, to build 20,000 large pages fast), paragraph by paragraph from it."""
     rng = random.Random(f"{spec.seed}:text:{host}:{i}")
     title = f"{_text(rng, 4).title()} - Site {host + 1}"
     links = links_of(spec, host, i)
     nav = "".join(f'<li><a href="{h}">{t}</a></li>' for h, t in links[:4])
     inline = [f'<a href="{h}">{t}</a>' for h, t in links[4:]]
+    description = rng.choice(pool)[:160] if pool else _text(rng, 18)
     head = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
-            f'<meta name="description" content="{_text(rng, 18)}">'
+            f'<meta name="description" content="{description}">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             '<link rel="stylesheet" href="/static/site.css"><script>window.dataLayer=[];</script>'
             f'</head><body><header><h1>{title}</h1><nav><ul>{nav}</ul></nav></header><main><article>')
     target = rng.randint(spec.min_size, spec.max_size)
     parts = [head]
     size = len(head)
-    tail = f'</article></main><footer><p>{_text(rng, 12)}</p></footer></body></html>\n'
+    footer = f"Site {host + 1}, page {i}" if pool else _text(rng, 12)
+    tail = f'</article></main><footer><p>{footer}</p></footer></body></html>\n'
     k = 0
     while size + len(tail) < target:
         link = f" {inline[k]}" if k < len(inline) else ""
         k += 1
-        para = f'<p class="c{k % 7}">{_text(rng, rng.randint(40, 90))}{link}.</p>\n'
+        text = rng.choice(pool) if pool else _text(rng, rng.randint(40, 90))
+        para = f'<p class="c{k % 7}">{text}{link}.</p>\n'
         if k % 6 == 0:
             para = f"<h2>{_text(rng, 5)}</h2>\n" + para
         parts.append(para)

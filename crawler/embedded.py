@@ -140,7 +140,8 @@ def crawl(settings: Settings, seeds: list[str], out_dir: str, progress: Progress
     # The operator's own spider on their own machine: imported here, its directory listed for
     # the crawl's own workers (``spider_paths``).
     settings, seeds = prepare_local(settings.validated(), seeds)
-    jobs.canonical_seeds(seeds, settings.max_url_length)
+    if seeds or not settings.spider_start_requests:  # a spider's start_requests may be all it starts from
+        jobs.canonical_seeds(seeds, settings.max_url_length)
     if settings.render != "never":
         chromium_path(settings.chromium)  # no Chromium: say what to install before starting anything
     out = Path(out_dir).resolve()

@@ -43,6 +43,7 @@ class Reason(StrEnum):
     OUT_OF_SCOPE = "out_of_scope"
     ROBOTS = "robots"
     NOT_HTML = "not_html"
+    REFUSED_TYPE = "refused_type"
     LEASE_EXPIRED = "lease_expired"
     BAD_URL = "bad_url"
     DECODE = "decode"
@@ -181,6 +182,12 @@ class NotHTML(Permanent):
     reason = Reason.NOT_HTML
 
 
+class RefusedType(Permanent):
+    """A content type the job refuses (``refuse_types``): stored as metadata, body not read."""
+
+    reason = Reason.REFUSED_TYPE
+
+
 class LeaseExpired(Permanent):
     """Workers took the URL and never finished it, max_attempts times over."""
 
@@ -216,7 +223,7 @@ REASONS: dict[str, type[CrawlError]] = {
     cls.reason: cls
     for cls in (DNSError, ConnectError, FetchTimeout, HTTP5xx, HTTP429, TLSError, HTTP4xx, TooLarge,
                 RedirectLoop, TooManyRedirects, BadURL, Decode, UnsupportedEncoding, ProtocolError,
-                BlockedNetwork, OutOfScope, RobotsDisallowed, NotHTML, LeaseExpired, RobotsUnavailable,
+                BlockedNetwork, OutOfScope, RobotsDisallowed, NotHTML, RefusedType, LeaseExpired, RobotsUnavailable,
                 Internal)
 }
 

@@ -22,6 +22,8 @@ from crawler.frontier.rebalance import Moved, migrate
 from crawler.render.decide import decisions as render_decisions
 from crawler.render.decide import evidence as render_evidence
 from crawler.spiders import loader as spider_loader
+from crawler.spiders import pipelines as item_pipelines
+from crawler.spiders import starts as spider_starts
 from crawler.state import jobconf as jobcache
 from crawler.state import joblog, keys, store_errors
 from crawler.state.conn import text
@@ -57,7 +59,10 @@ def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | Non
     BadURL naming the first seed that is not a fetchable URL, before anything is written."""
     settings = settings.validated()  # callers may have built or changed it by hand
     settings, seeds = spider_loader.prepare(settings, seeds)
-    canon = canonical_seeds(seeds, settings.max_url_length, settings.dropped_params)
+    item_pipelines.check(settings.item_pipelines, settings.spider_paths, settings.spider)  # never imported here
+    # A spider with start_requests may start from them alone (``crawler.stages.starter``).
+    starts = settings.spider_start_requests
+    canon = canonical_seeds(seeds, settings.max_url_length, settings.dropped_params) if seeds or not starts else []
     job_id = job_id or new_job_id()
     job_settings = settings.job_settings()
     job_settings["allow_domains"] = sorted(settings.allow_domains or {domain_of(u) for u in canon})
@@ -76,12 +81,16 @@ def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | Non
         pipe.hset(keys.cycle(job_id, 1), "started_at", now)
         pipe.sadd(keys.PERIODIC, job_id)
     pipe.hset(keys.meta(job_id), mapping=meta)
+    if starts:
+        # Held open until the spider's start requests are all read: the job is not done before.
+        spider_starts.hold(pipe, job_id)
     pipe.sadd(keys.JOBS, job_id)
     pipe.zadd(keys.ALL_JOBS, {job_id: now})
     spider = f", spider {settings.spider} version {settings.spider_version}" if settings.spider else ""
     joblog.log_event(pipe, job_id, "submitted", f"{len(canon)} seeds, {settings.shards} shards{spider}", by=by)
     pipe.execute()
-    admit_links(redis, Frontier(redis), job_id, settings, [Entry(u) for u in dict.fromkeys(canon)])
+    if canon:
+        admit_links(redis, Frontier(redis), job_id, settings, [Entry(u) for u in dict.fromkeys(canon)])
     return job_id
 
 

@@ -161,6 +161,17 @@ def rows_by_url(db: Path) -> dict[str, dict[str, Any]]:
         conn.close()
 
 
+def stored_items(store_url: str, job_id: str) -> list[dict[str, Any]]:
+    """The items a job's spider yielded, as a store (any backend) holds them."""
+    from crawler.store import open_store
+
+    store = open_store(store_url)
+    try:
+        return [row["item"] for row in store.items(job_id)]
+    finally:
+        store.close()
+
+
 def wait_done(client: redis.Redis, job_id: str, timeout: float = 90.0) -> dict[str, object]:
     from crawler import jobs
 

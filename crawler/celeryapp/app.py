@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import Celery
 
 from crawler.celeryapp import signals
-from crawler.celeryapp.config import environment, redis_url
+from crawler.celeryapp.config import environment, redis_url, sentinel_options
 from crawler.config.settings import Settings
 from crawler.state.conn import CONNECT_TIMEOUT, HEALTH_CHECK_INTERVAL, SOCKET_TIMEOUT
 
@@ -44,6 +44,7 @@ def make_app(settings: Settings | None = None) -> Celery:
             # never starves: pages fetched and not yet stored count against the job's
             # concurrency, so dispatch stops while they wait.
             "queue_order_strategy": "priority",
+            **sentinel_options(settings),  # the master's name, for a broker under Sentinel
         },
         task_time_limit=settings.task_time_limit,
         # The soft limit warns a task shortly before the hard one kills it.
@@ -59,6 +60,7 @@ def make_app(settings: Settings | None = None) -> Celery:
     # The schedule itself is the top-level beat_schedule.py, loaded by the scheduler.
     app.conf.beat_scheduler = "crawler.celeryapp.beat:LockedScheduler"
     app.steps["worker"].add("crawler.celeryapp.bootsteps:DispatcherStep")
+    app.steps["worker"].add("crawler.celeryapp.starter:StarterStep")
     signals.install()
     return app
 

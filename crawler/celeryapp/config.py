@@ -7,8 +7,10 @@ can use them without importing Celery or creating the app.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from crawler.config.settings import SettingError, Settings
+from crawler.state.conn import is_sentinel
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -16,6 +18,13 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 def redis_url(settings: Settings | None = None) -> str:
     """``CRAWLER_REDIS_URL`` (or the given settings' URL), else the local default."""
     return (settings or Settings.from_env()).redis_url or DEFAULT_REDIS_URL
+
+
+def sentinel_options(settings: Settings | None = None) -> dict[str, Any]:
+    """Broker transport options for a Redis under Sentinel (``sentinel://...;sentinel://...``):
+    the master's name, which kombu needs besides the URL; none for a plain Redis."""
+    s = settings or Settings.from_env()
+    return {"master_name": s.sentinel_master} if is_sentinel(redis_url(s)) else {}
 
 
 def environment() -> Settings:

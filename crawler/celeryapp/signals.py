@@ -10,6 +10,7 @@ them before its heartbeat timer starts.
 - ``celeryd_after_setup``: a worker of the ``render`` queue without Chromium stops at once, saying
   what to install, instead of marking every page ``render_unavailable``.
 - ``worker_process_shutdown``: a prefork child closes its browser (atexit does not run there).
+- ``worker_process_shutdown`` / ``worker_shutdown``: item pipelines still open are closed.
 """
 
 from __future__ import annotations
@@ -78,6 +79,13 @@ def close_browser(**_: Any) -> None:
     close()
 
 
+def close_pipelines(**_: Any) -> None:
+    """The process stops: ``close_spider`` on the item pipelines it still has open."""
+    from crawler.stages.pipelines import OPEN
+
+    OPEN.close_all()
+
+
 def on_heartbeat(sender: Any, **_: Any) -> None:
     try:
         record_heartbeat(_client(), sender.eventer.hostname, shards=shards_of(sender.eventer.app),
@@ -114,3 +122,6 @@ def install() -> None:
     celeryd_after_setup.connect(consume_shared, weak=False)
     celeryd_after_setup.connect(check_render, weak=False)
     worker_process_shutdown.connect(close_browser, weak=False)
+    # A prefork child at worker_process_shutdown; a solo worker (the process itself) at worker_shutdown.
+    worker_process_shutdown.connect(close_pipelines, weak=False)
+    worker_shutdown.connect(close_pipelines, weak=False)

@@ -240,7 +240,7 @@ def store_task(self: Task[Any, Any], job_id: str, shard: int, token: str, pages:
     ctx, job, fetched = got
     try:
         stages.store_stage(ctx, job, token, fetched)
-    except StoreRefused as exc:
+    except (StoreRefused, SpiderUnavailable) as exc:  # the store, or the job's item pipelines
         stages.refuse(ctx, job, exc)
     except StoreUnavailable as exc:
         # The store is down: this message comes back after a backoff (the worker goes on with

@@ -133,7 +133,10 @@ def redis_client(url: str | None) -> redis.Redis:
 def summary(st: dict[str, Any]) -> str:
     c = st.get("counters", {})
     errors = sum(v for k, v in c.items() if k.startswith("error:"))
-    return f"{c.get('stored', 0)} pages stored, {errors} errors, {c.get('open', 0)} queued or in flight"
+    # A callback that raised costs items, not pages: without this the line would read clean.
+    spider = c.get("spider_error", 0)
+    spiders = f", {spider} spider errors (see logs)" if spider else ""
+    return f"{c.get('stored', 0)} pages stored, {errors} errors{spiders}, {c.get('open', 0)} queued or in flight"
 
 
 def requester() -> str:

@@ -19,6 +19,7 @@ from crawler.embedded import crawl
 from crawler.local.signals import exit_status
 from crawler.testweb import TestWeb, WebModel
 from crawler.testweb.catalogue import Catalogue
+from crawler.testweb.quotes import QuotesSite
 
 log = logging.getLogger("crawler")
 
@@ -110,6 +111,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Serve the synthetic web on loopback and crawl it: the whole system, no network needed."""
     if args.shop:
         return _demo_shop(args)
+    if args.quotes:
+        return _demo_quotes(args)
     web = TestWeb(WebModel(args.sites, args.pages), filler=2000).start()
     try:
         print(f"serving a synthetic web of {args.sites} sites x {args.pages} pages on "
@@ -122,7 +125,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         web.stop()
 
 
-EXAMPLE_SPIDER = Path(__file__).resolve().parents[2] / "examples" / "catalogue_spider.py"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLE_SPIDER = EXAMPLES / "catalogue_spider.py"
+QUOTES_SPIDER = EXAMPLES / "quotes_spider.py"
 
 
 def _demo_shop(args: argparse.Namespace) -> int:
@@ -137,6 +142,31 @@ def _demo_shop(args: argparse.Namespace) -> int:
         args.spider = args.spider or f"{EXAMPLE_SPIDER}:CatalogueSpider"
         args.seeds = [web.origin(0) + "/"]
         args.allow_networks = [f"{web.ips[0]}/32"]
+        return cmd_crawl(args)
+    finally:
+        web.stop()
+
+
+def _demo_quotes(args: argparse.Namespace) -> int:
+    """Serve the quotes site (shaped like the sandbox Scrapy's tutorial crawls) on loopback and
+    crawl it with ``examples/quotes_spider.py`` or ``--spider``: any of the quotes examples, our
+    API's or Scrapy's. The spider gets ``base`` (the site's origin) unless given one."""
+    web = TestWeb(WebModel(1, 1)).start()
+    site = QuotesSite()
+    site.mount(web, 0)
+    try:
+        origin = web.origin(0)
+        print(f"serving a quotes site of {len(site.quotes())} quotes by {len(site.author_records())} authors "
+              f"on {origin}")
+        if not args.spider and not QUOTES_SPIDER.is_file():
+            raise SystemExit(f"crawler demo: the example spider is not at {QUOTES_SPIDER} (a source checkout has it)")
+        args.spider = args.spider or f"{QUOTES_SPIDER}:QuotesSpider"
+        given = args.spider_args or []
+        args.spider_args = given if any(a.startswith("base=") for a in given) else [*given, f"base={origin}"]
+        args.seeds = [origin + "/" + args.path.lstrip("/")]
+        args.allow_networks = [f"{web.ips[0]}/32"]
+        # The site has a form login, and Scrapy keeps cookies by default: so does this demo.
+        args.cookies = True
         return cmd_crawl(args)
     finally:
         web.stop()
@@ -159,7 +189,14 @@ def register(sub: Subparsers) -> None:
     d.add_argument("-q", "--quiet", action="store_true")
     d.add_argument("--shop", action="store_true",
                    help="serve a shop catalogue instead and extract its products with examples/catalogue_spider.py")
-    d.add_argument("--spider", metavar="SPIDER", help="with --shop: your spider instead of the example")
+    d.add_argument("--quotes", action="store_true",
+                   help="serve a quotes site shaped like Scrapy's tutorial sandbox and crawl it with "
+                        "examples/quotes_spider.py")
+    d.add_argument("--spider", metavar="SPIDER",
+                   help="with --shop or --quotes: your spider (ours or a Scrapy one) instead of the example")
+    d.add_argument("--path", default="/", help="with --quotes: the seed's path (/login for the login examples)")
+    d.add_argument("--spider-arg", action="append", dest="spider_args", metavar="KEY=VALUE",
+                   help="with --spider: an argument for it (--quotes passes base=<the site's origin>)")
 
     s = command(sub, "submit", cmd_submit, "enqueue a job for running workers; prints its id", redis=False)
     job_flags(s)

@@ -45,6 +45,7 @@ def _s(default: Any, doc: str, *, job: bool = False) -> Any:
 @dataclass
 class Settings:
     redis_url: str = _s("", "Redis for broker, frontier and counters; empty: `crawler crawl` starts a private one, workers use redis://127.0.0.1:6379/0")
+    sentinel_master: str = _s("mymaster", "With redis_url `sentinel://host:port;sentinel://host:port/0` (a Redis under Sentinel, for broker and state alike): the name of the master the sentinels watch")
     shards: int = _s(4, "Number of shards (queues shard-0 .. shard-N-1)", job=True)
     max_pages: int = _s(0, "Stop admitting URLs after this many (0: no limit)", job=True)
     max_depth: int = _s(0, "Follow links at most this many hops from a seed (0: no limit)", job=True)
@@ -66,6 +67,7 @@ class Settings:
     bloom_error_rate: float = _s(1e-6, "False-positive rate of the Bloom filter's first layer", job=True)
     near_duplicates: bool = _s(True, "Compute each page's simhash and mark near-duplicates of earlier pages", job=True)
     near_duplicate_distance: int = _s(3, "Pages whose simhashes differ in at most this many bits are near-duplicates", job=True)
+    near_duplicate_budget: int = _s(1_000_000, "Pages the near-duplicate index of a job keeps at most (0: every page): the oldest are forgotten a generation at a time, so a page is compared with the last third to two thirds of this many pages indexed; about 100 bytes of Redis each", job=True)
     follow_near_duplicates: bool = _s(True, "Follow the links of near-duplicate pages", job=True)
     extract: str = _s("", "Store each HTML page's main text (trafilatura) in the content table as `text` or `markdown` (empty: off)", job=True)
     local_cache_size: int = _s(100_000, "URLs each worker process remembers as seen, to skip Redis (0: off)")
@@ -92,6 +94,7 @@ class Settings:
     follow_nofollow: bool = _s(False, "Follow links marked rel=nofollow (Scrapy, wget and Heritrix follow them for discovery); off: they are dropped, counted `links_nofollow`. Meta robots nofollow is obeyed either way", job=True)
     spider: str = _s("", "The job's spider: package.module:Class, path/to/file.py:Class, or the name of an installed one (entry-point group crawler.spiders); empty: none", job=True)
     spider_version: str = _s("", "Set by submit: the spider's version; a worker with another version refuses the job", job=True)
+    spider_start_requests: bool = _s(False, "Set by submit: the spider defines start_requests, read by one worker at a time while the job's backlog has room (start_requests_backlog); the job is not done before it is exhausted", job=True)
     spider_args: list[str] = _s([], "key=value arguments for the spider's constructor (Scrapy's -a); they travel in Redis, so never a secret", job=True)
     spider_paths: list[str] = _s([], "Submitter and worker: the directories spider files and modules may be loaded from (besides installed entry points), separated by the OS path separator or commas; a job naming a spider elsewhere is refused, never imported (`crawler crawl` adds its own spider's directory for its own workers)")
     auth: list[str] = _s([], "Credentials per host, by secret name, never value: HOST=basic:NAME (the secret holds user:password) or HOST=bearer:NAME; each worker reads NAME from CRAWLER_SECRET_<NAME> or its secrets_file, and sends it to that host only", job=True)
@@ -103,6 +106,8 @@ class Settings:
     secret_key_file: str = _s("", "Worker: a file (mode 600) of Fernet keys, one a line, sealing session cookies in Redis (the first seals, all open: rotation), read when CRAWLER_SECRET_KEY (the same, comma-separated) is unset; a worker with neither refuses jobs that keep a session, `crawler crawl` makes one per run")
     max_items_per_page: int = _s(1000, "Items stored from one page at most; more are counted `items_capped`", job=True)
     max_item_bytes: int = _s(1_000_000, "Bytes of one page's items (as JSON) at most; the items past it are counted `items_capped`", job=True)
+    item_pipelines: list[str] = _s([], "Item pipelines every item of the job passes through where it is stored, in order, after the spider's own `pipelines`: package.module:Class or path/to/file.py:Class, found like spiders (installed, or under spider_paths; never imported by the submitter)", job=True)
+    start_requests_backlog: int = _s(10_000, "URLs a job may have queued in Redis before its spider's start_requests is asked for more (consumed lazily by one worker at a time)", job=True)
     render: str = _s("never", "Pages rendered in headless Chromium before parsing (workers started with -Q render): `never`; `always` (every HTML page); `auto` (per host: a sample rendered, and the host kept rendering only where that yields materially more links or text; rechecked now and then)", job=True)
     render_sample: int = _s(3, "With render=auto: pages of a new host rendered before deciding", job=True)
     render_more_links: int = _s(3, "With render=auto: a rendered page gains when it has at least this many more links than its HTML; a host is rendered while at least half of its compared pages gain", job=True)
@@ -115,7 +120,9 @@ class Settings:
     render_max_requests: int = _s(100, "Requests one rendered page may make at most (its document aside); more are counted `render_blocked:too_many`", job=True)
     render_max_bytes: int = _s(20_000_000, "Bytes one rendered page may load at most (its document aside); past it requests are counted `render_blocked:too_large`", job=True)
     render_pages: int = _s(4, "Worker: pages one render worker process renders at once (one browser)")
-    render_recycle_pages: int = _s(200, "Worker: a browser is restarted after rendering this many pages")
+    # From bench.render (docs/benchmarks.md): memory stayed flat at 650-750 MB whether restarted every
+    # 5, 25 or 200 pages, with no measurable cost in pages/s; the count only bounds a leaking site's growth.
+    render_recycle_pages: int = _s(100, "Worker: a browser is restarted after rendering this many pages")
     render_max_rss: int = _s(1024, "Worker: a browser whose processes use more memory than this (MB; PSS summed over the browser's processes) is restarted")
     chromium: str = _s("", "Worker: the Chromium binary for rendering (empty: /usr/bin/chromium or chromium on PATH)")
     noise_links: str = _s("follow", "`skip`: links in blocks mostly made of link text (navigation, footers, tag clouds) or whose URL clusters with such links on the same site are not followed, counted `links_noise_block` and `links_noise_pattern`; the page's stored outlinks keep them. `follow`: off", job=True)
@@ -127,6 +134,8 @@ class Settings:
     max_redirects: int = _s(5, "Redirect hops followed at most", job=True)
     max_body: int = _s(5_000_000, "Bytes of body kept at most; longer bodies are cut and recorded `too_large`", job=True)
     max_url_length: int = _s(2048, "Longer URLs are dropped as `bad_url`", job=True)
+    refuse_types: list[str] = _s([], "Content-type prefixes the job refuses (e.g. `image/,application/pdf`): such a response is stored with its status and type as `refused_type`, its body never read. Without a spider only HTML bodies are read anyway (others are `not_html`); with one, every other type reaches its callbacks", job=True)
+    max_request_bytes: int = _s(65536, "Bytes a spider's request may carry at most (its callback, cb_kwargs, meta, headers and body as JSON); a bigger one is dropped, counted `spider_error:request_too_large`", job=True)
     lease_timeout: float = _s(60.0, "Seconds a dispatched URL may stay unstored before it returns to its host queue")
     visibility_timeout: int = _s(600, "Seconds before Redis redelivers an unacknowledged task (longer than any task)")
     task_time_limit: int = _s(300, "Hard time limit of one task, seconds (shorter than the visibility timeout)")
@@ -261,7 +270,7 @@ _RANGES: dict[str, tuple[float, bool, float | None]] = {
     "shards": (1, True, 1024),
     **dict.fromkeys(("per_host", "concurrency", "fetch_batch", "max_attempts", "bloom_capacity", "max_url_length",
                      "visibility_timeout", "task_time_limit", "warc_max_size", "workers", "sitemap_max_urls",
-                     "max_body", "max_redeliveries", "max_items_per_page", "max_item_bytes", "max_logins",
+                     "max_body", "max_redeliveries", "max_items_per_page", "max_item_bytes", "max_logins", "max_request_bytes", "start_requests_backlog",
                      "render_sample", "render_recheck", "render_pages", "render_max_requests", "render_max_bytes", "render_recycle_pages", "render_max_rss",
                      *CACHE_LIMITS),
                     (1, True, None)),
@@ -282,7 +291,7 @@ _HEADER_VALUES = frozenset({"user_agent", "robots_user_agent"})
 _PRINTABLE_ASCII = re.compile(r"[\x20-\x7e]*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _ITEM_UNSAFE = re.compile(r"[\x00-\x20\x7f-\x9f]|\s")  # list items: one token each
-_SCHEMES = {"redis_url": ("redis", "rediss", "unix"), "store": ("sqlite", "postgresql", "postgres")}
+_SCHEMES = {"redis_url": ("redis", "rediss", "unix", "sentinel"), "store": ("sqlite", "postgresql", "postgres")}
 _EXAMPLES = {"redis_url": "redis://host:6379/0", "store": "sqlite:///path/crawl.db"}
 
 
@@ -353,7 +362,7 @@ def _check_field(f: dataclasses.Field[Any], value: Any) -> None:
             raise _bad(name, "must be a list", value)
         for item in value:
             # Spider arguments are values a user types, spaces and all; other lists hold tokens.
-            unsafe = _CONTROL if name in ("spider_args", "session_headers", "spider_paths") else _ITEM_UNSAFE
+            unsafe = _CONTROL if name in ("spider_args", "session_headers", "spider_paths", "item_pipelines") else _ITEM_UNSAFE
             if not isinstance(item, str) or not item or unsafe.search(item):
                 raise _bad(name, "items must be non-empty strings without spaces or control characters", item)
 

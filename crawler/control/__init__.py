@@ -115,7 +115,8 @@ def submit(r: Redis, values: Mapping[str, Any], seeds: list[str], by: str = "") 
     if not settings.store:
         raise ConfigError("a store URL is required (e.g. sqlite:///data/crawl.db)")
     settings, seeds = prepare(settings, seeds)  # reads the spider's file, never runs it
-    jobs.canonical_seeds(seeds, settings.max_url_length)  # before the store file is created
+    if seeds or not settings.spider_start_requests:  # a spider's start_requests may be all it starts from
+        jobs.canonical_seeds(seeds, settings.max_url_length)  # before the store file is created
     open_store(settings.store).close()  # fail here, not in every worker, if the URL is wrong
     warnings = []
     if settings.warc and not settings.warc_dir:

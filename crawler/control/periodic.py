@@ -21,6 +21,7 @@ from crawler.dedup import admit_links, seen_set
 from crawler.dedup.neardup import NearDuplicates
 from crawler.dedup.variants import QueryVariants
 from crawler.frontier import Entry, Frontier
+from crawler.spiders.request import urgent_spec
 from crawler.state import joblog
 from crawler.state.jobconf import Job
 from crawler.store import PageRows, PageStore
@@ -109,11 +110,12 @@ def _queue_revisits(redis: Redis, job: Job, store: PageRows, now: float) -> tupl
             queued += len(admit_links(redis, frontier, job.id, s, due, seen=seen)[0])
             due.clear()
 
-    for url, depth, next_visit in store.revisits(job.id):
+    for url, depth, next_visit, spec in store.revisits(job.id):
         if url in seed_urls:
             continue
         if next_visit <= now:
-            due.append(Entry(url, depth))
+            # A spider's request is revisited as it was asked for (its callback and data).
+            due.append(Entry(url, depth, "", 0, spec, urgent_spec(spec)) if spec else Entry(url, depth))
         else:
             not_due.append(url)
         if len(due) + len(not_due) >= CHUNK:

@@ -33,6 +33,7 @@ from crawler.dedup import seen_set
 from crawler.dedup.neardup import NearDuplicates
 from crawler.errors import CrawlerError, JobNotFound
 from crawler.frontier import Frontier
+from crawler.spiders.request import strip_mark
 from crawler.stages import Context, dedup_stage
 from crawler.stages.messages import LinkGroup
 from crawler.state.jobconf import Job
@@ -69,12 +70,17 @@ class _Row:
     nofollow: bool
     near_duplicate_of: str | None
     simhash: str | None
+    requests: dict[str, str] | None = None  # key -> spec of the outlinks that are spiders' requests
+    request: str = ""  # the spec of the request the page answers
 
 
 def _rows(store: PageStore, job_id: str) -> list[_Row]:
     return [_Row(p["url"], int(p["depth"] or 0), int(p["cycle"] or 0), float(p["next_visit"] or 0.0),
                  float(p["fetched_at"] or 0.0), list(p["outlinks"] or []), p["error"], bool(p.get("nofollow")),
-                 p["near_duplicate_of"], p["simhash"]) for p in store.pages(job_id)]
+                 p["near_duplicate_of"], p["simhash"],
+                 {str(k): str(v) for k, v in p["requests"]} if p.get("requests") else None,
+                 p.get("request") or "")
+            for p in store.pages(job_id)]
 
 
 def _chunks(items: list[Any]) -> Iterable[list[Any]]:
@@ -97,8 +103,9 @@ def _followed(row: _Row, s: Settings, allowed: frozenset[str]) -> list[str]:
     out = []
     patterns = url_patterns(s.allow_urls, s.deny_urls)
     for link in row.outlinks:
+        url = strip_mark(link)  # a request key's URL (``crawler.spiders.request``)
         try:
-            if (not allowed or domain_of(link) in allowed) and patterns.follows(link):
+            if (not allowed or domain_of(url) in allowed) and patterns.follows(url):
                 out.append(link)
         except ValueError:
             continue
@@ -146,27 +153,29 @@ def recover(redis: Redis, store: PageStore, job_id: str, now: float | None = Non
         _index_near_duplicates(redis, job, current)
 
     # Shortest depth per URL, as the exact seen-set would keep it.
-    best: dict[str, tuple[int, str]] = {}
+    best: dict[str, tuple[int, str, str]] = {}
 
-    def offer(url: str, depth: int, referrer: str) -> None:
+    def offer(url: str, depth: int, referrer: str, spec: str = "") -> None:
         have = stored_depth.get(url)
         # A stored page is not fetched again, unless it was too deep to follow its links and this
         # path is short enough to (the admit script decides, as it does for live links).
         if have is not None and not (s.max_depth and have >= s.max_depth and depth < have):
             return
-        if url not in best or depth < best[url][0]:
-            best[url] = (depth, referrer)
+        # A spider's request (its callback and data) wins over a plain link to the same key.
+        if url not in best or (depth < best[url][0] and (spec or not best[url][2])) or (spec and not best[url][2]):
+            best[url] = (depth, referrer, spec)
 
     for seed in definition.seeds:
         offer(seed, 0, "")
     for r in due:
-        offer(r.url, r.depth, "")
+        offer(r.url, r.depth, "", r.request)
     for r in current:
+        specs = r.requests or {}
         for link in _followed(r, s, job.allowed):
-            offer(link, r.depth + 1, r.url)
+            offer(link, r.depth + 1, r.url, specs.get(link, ""))
     ctx = Context.default(redis)
     queued = 0
-    for chunk in _chunks([LinkGroup.single(url, d, ref) for url, (d, ref) in best.items()]):
+    for chunk in _chunks([LinkGroup.single(url, d, ref, spec) for url, (d, ref, spec) in best.items()]):
         queued += len(dedup_stage(ctx, job, "", chunk))
 
     # starting -> running: the shards are woken, and a job with nothing left is done at once.

@@ -52,6 +52,8 @@ class FetchConfig:
     resolve: tuple[tuple[str, str], ...] = ()  # fixed DNS answers, like curl --resolve
     dns_ttl: float = 300.0
     html_only: bool = True  # do not read bodies that are not HTML
+    # Content-type prefixes never read (``refuse_types``): such a response is ``refused_type``.
+    refuse_types: tuple[str, ...] = ()
 
     @property
     def network_key(self) -> tuple[object, ...]:
@@ -109,12 +111,18 @@ class Hops(Protocol):
         ...
 
 
+# A spider's request other than a plain GET: (method, body, first-hop headers), per URL position.
+RequestSpec = tuple[str, bytes, Sequence[tuple[str, str]]]
+
+
 class Fetcher(Protocol):
     async def fetch_many(self, urls: Sequence[str], config: FetchConfig, check: HopCheck | None = None,
-                         headers: ExtraHeaders | None = None, hops: Hops | None = None) -> list[FetchResult]:
+                         headers: ExtraHeaders | None = None, hops: Hops | None = None,
+                         requests: Sequence[RequestSpec | None] | None = None) -> list[FetchResult]:
         """One result per URL, in order; failures are results with ``error`` set, never raised.
         ``check`` vets every redirect target before it is followed; ``hops`` adds a session's
-        headers to every hop and sees every response."""
+        headers to every hop and sees every response. ``requests`` (only given when some URL
+        is more than a GET): per URL, its method, body and own headers, or None."""
         ...
 
 
@@ -157,8 +165,14 @@ class HttpFetcher:
         self.client = client
 
     async def fetch_many(self, urls: Sequence[str], config: FetchConfig, check: HopCheck | None = None,
-                         headers: ExtraHeaders | None = None, hops: Hops | None = None) -> list[FetchResult]:
+                         headers: ExtraHeaders | None = None, hops: Hops | None = None,
+                         requests: Sequence[RequestSpec | None] | None = None) -> list[FetchResult]:
         extra = headers or {}
+        if requests:
+            return list(await asyncio.gather(*(
+                self.fetch_one(u, config, check, extra.get(u, ()), hops) if r is None
+                else self.request(r[0], u, config, check, extra.get(u, ()), hops, r[1], own=r[2])
+                for u, r in zip(urls, requests, strict=True))))
         return list(await asyncio.gather(*(self.fetch_one(u, config, check, extra.get(u, ()), hops) for u in urls)))
 
     async def fetch_one(self, url: str, config: FetchConfig, check: HopCheck | None = None,
@@ -167,15 +181,17 @@ class HttpFetcher:
 
     async def request(self, method: str, url: str, config: FetchConfig, check: HopCheck | None = None,
                       headers: Sequence[tuple[str, str]] = (), hops: Hops | None = None,
-                      body: bytes = b"") -> FetchResult:
+                      body: bytes = b"", own: Sequence[tuple[str, str]] = ()) -> FetchResult:
         """One request (a session's login POST, or a page's GET) through the guarded client,
         redirects followed as browsers do: 301/302/303 turn a POST into a GET without body,
-        307/308 repeat it. Failures are results with ``error`` set, never raised."""
+        307/308 repeat it. ``own``: a spider request's own headers, sent on the first hop in
+        place of the crawler's of the same name (as Scrapy's override its defaults). Failures
+        are results with ``error`` set, never raised."""
         result = FetchResult(url=url, final_url=url, fetched_at=time.time())
         start = time.monotonic()
         try:
             async with asyncio.timeout(config.deadline):
-                await self._follow(result, config, check, headers, hops, method, body)
+                await self._follow(result, config, check, headers, hops, method, body, own)
         except Exception as exc:  # every failure becomes a named result, never a crashed batch
             result.error = map_exception(exc)
         result.elapsed = time.monotonic() - start
@@ -183,14 +199,16 @@ class HttpFetcher:
 
     async def _follow(self, result: FetchResult, config: FetchConfig, check: HopCheck | None,
                       extra: Sequence[tuple[str, str]], hops: Hops | None = None, method: str = "GET",
-                      body: bytes = b"") -> None:
+                      body: bytes = b"", own: Sequence[tuple[str, str]] = ()) -> None:
         timeout = httpx.Timeout(config.read_timeout, connect=config.connect_timeout)
         seen = {result.url}
         current = result.url
         for hop in range(config.max_redirects + 1):
             headers = [("User-Agent", config.user_agent), *(extra if hop == 0 else ()),
                        *(hops.headers(current) if hops is not None else ())]
-            request = self.client.build_request(method, current, headers=headers, timeout=timeout,
+            sent: Sequence[tuple[str, str]] | list[tuple[bytes, bytes]] = (
+                _replaced(headers, own) if own and hop == 0 else headers)
+            request = self.client.build_request(method, current, headers=sent, timeout=timeout,
                                                 content=body or None)
             response = await self.client.send(request, stream=True)
             try:
@@ -225,6 +243,9 @@ class HttpFetcher:
                 result.headers = redact_response_headers(
                     [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers.raw
                      if k.lower() not in (b"content-encoding", b"transfer-encoding", b"content-length")])
+                if config.refuse_types and _refused(result.content_type, config.refuse_types):
+                    result.error = errors.RefusedType.reason
+                    return
                 if config.html_only and response.status_code == 200 and not is_html(result.content_type):
                     result.error = errors.NotHTML.reason
                     return
@@ -235,6 +256,20 @@ class HttpFetcher:
                 await response.aclose()
         result.final_url = current
         raise errors.TooManyRedirects(f"more than {config.max_redirects} redirects")
+
+
+def _replaced(base: Sequence[tuple[str, str]], own: Sequence[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    """``base`` without the fields ``own`` names (case-insensitively), then ``own``, as bytes:
+    the request's values UTF-8 as Scrapy sends them (httpx would refuse what is not ASCII). The
+    client's defaults (``Accept-Encoding``) are replaced by httpx itself."""
+    names = {k.lower() for k, _ in own}
+    return [*((k.encode("latin-1"), v.encode("latin-1")) for k, v in base if k.lower() not in names),
+            *((k.encode("latin-1"), v.encode()) for k, v in own)]
+
+
+def _refused(content_type: str, refused: Sequence[str]) -> bool:
+    ct = content_type.split(";", 1)[0].strip().lower()
+    return any(ct.startswith(prefix) for prefix in refused)
 
 
 def _peer_ip(response: httpx.Response) -> str:
@@ -315,6 +350,12 @@ class OriginPools:
             await pool.aclose()
 
 
+# What carries httpx's requests: aiohttp through httpx-aiohttp (crawler.fetch.transport), half
+# httpcore's CPU per page (bench/client_cost.py: 0.37 against 0.75 ms), or httpcore
+# (CRAWLER_HTTP_TRANSPORT=httpcore). Both connect only where the network guard allows.
+TRANSPORT = os.environ.get("CRAWLER_HTTP_TRANSPORT", "aiohttp")
+
+
 class GuardedTransport(httpx.AsyncHTTPTransport):
     """httpx's transport with per-origin connection pools whose every connection goes through
     the network guard."""
@@ -329,10 +370,16 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
 def new_client(config: FetchConfig) -> httpx.AsyncClient:
     guard = NetworkGuard(parse_networks(config.allow_networks))
     resolver = Resolver(ttl=config.dns_ttl, overrides=dict(config.resolve))
+    transport: httpx.AsyncBaseTransport
+    if TRANSPORT == "aiohttp":
+        from crawler.fetch.transport import GuardedAiohttpTransport
+
+        transport = GuardedAiohttpTransport(guard, resolver)
+    else:
+        transport = GuardedTransport(GuardedBackend(guard, resolver))
     # trust_env=False: proxy variables from the environment must never redirect crawl traffic.
     return httpx.AsyncClient(follow_redirects=False, trust_env=False, cookies=NoCookies(),
-                             headers={"Accept-Encoding": decoding.ACCEPT_ENCODING},
-                             transport=GuardedTransport(GuardedBackend(guard, resolver)))
+                             headers={"Accept-Encoding": decoding.ACCEPT_ENCODING}, transport=transport)
 
 
 class Runtime:

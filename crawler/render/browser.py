@@ -5,7 +5,8 @@ Nothing the browser asks for reaches the network by itself: every request of a p
 ``Guard`` (``crawler.render.guard``), which answers the page's own document from the body the
 fetch stage already has and fetches everything else through the crawler's guarded client, or
 refuses it. The browser's own traffic (updates, safe browsing, DNS prefetch) is switched off and
-sent to a dead proxy besides. No downloads, dialogs or permission prompts; popups are closed and
+sent to a dead proxy besides. No downloads (refused, counted), dialogs (dismissed, counted) or
+permission prompts; popups are closed and
 a navigation away from the page is answered with an empty response, so the page stays as it was
 (``Guard``: both are counted and recorded, neither fails the render).
 
@@ -188,7 +189,8 @@ class Browser:
                                                     service_workers="block", permissions=[])
                 await context.add_init_script(INIT_SCRIPT)
                 page = await context.new_page()
-                page.on("dialog", lambda d: asyncio.ensure_future(d.dismiss()))
+                page.on("dialog", guard.dialog)
+                page.on("download", guard.download)
                 page.on("popup", guard.popup)
                 guard.page = page
 

@@ -18,7 +18,8 @@ minutes per worker process (``static_cache``), as a browser's cache keeps them, 
 What the page does to leave itself is answered without leaving it: a navigation of its top frame
 (a ``location`` change, a form POST) gets an empty ``204`` that keeps the document as it stands
 and is recorded (``navigated``, and ``target`` for a GET, to follow as a link); a popup's
-requests are refused and the popup closed (``popups``).
+requests are refused and the popup closed (``popups``); a dialog (alert, confirm, prompt,
+beforeunload) is dismissed and a download refused, each counted (``dialogs``, ``downloads``).
 """
 
 from __future__ import annotations
@@ -140,6 +141,8 @@ class Guard:
     requests: int = 0  # requests past the document
     loaded: int = 0  # bytes of them
     popups: int = 0
+    dialogs: int = 0
+    downloads: int = 0
     navigated: str = ""  # how the page tried to leave: "navigated away" or "navigated away (form POST)"
     target: str = ""  # where a GET navigation was going
 
@@ -163,6 +166,19 @@ class Guard:
         self.counts["render_popups"] += 1
         self._closing.add(closing := asyncio.ensure_future(_quietly(popup.close())))
         closing.add_done_callback(self._closing.discard)
+
+    def dialog(self, dialog: Any) -> None:
+        """An alert, confirm, prompt or beforeunload of the page: counted and dismissed (a page
+        waits on it for ever otherwise)."""
+        self.dialogs += 1
+        self.counts["render_dialogs"] += 1
+        self._closing.add(closing := asyncio.ensure_future(_quietly(dialog.dismiss())))
+        closing.add_done_callback(self._closing.discard)
+
+    def download(self, download: Any) -> None:
+        """A download the page started (the context accepts none: it is cancelled): counted."""
+        self.downloads += 1
+        self.counts["render_downloads"] += 1
 
     async def handle(self, route: Any, request: Any) -> None:
         self.open += 1

@@ -7,26 +7,21 @@ keeps no state it expects to see again on the next page: another process may get
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from crawler.spiders.request import Follow as Follow  # the old name of a plain Request, kept importable here
+from crawler.spiders.request import Request
 
 if TYPE_CHECKING:
     from crawler.spiders.page import Page
     from crawler.spiders.session import Session
 
-
-@dataclass(frozen=True)
-class Follow:
-    """A link ``parse`` asks to follow (``page.follow(href)`` builds one, resolved against the
-    page). It passes the same scope, pattern and ``allow`` checks as an extracted link."""
-
-    url: str
-
-
-# What ``parse`` and ``on_error`` may yield: items (a dict, or a dataclass instance, stored as its
-# fields) and links.
-Yielded = Mapping[str, Any] | Follow | Any
+# What a callback, ``parse`` and ``on_error`` may yield: items (a dict, or a dataclass instance,
+# stored as its fields) and requests (``Request``, ``page.follow(...)``; ``Follow(url)`` is the old
+# name of a plain request). A request passes the same scope, pattern and ``allow`` checks as an
+# extracted link.
+Yielded = Mapping[str, Any] | Request | Any
 
 
 class Spider:
@@ -55,10 +50,23 @@ class Spider:
     start_urls: ClassVar[tuple[str, ...] | list[str]] = ()
     allowed_domains: ClassVar[tuple[str, ...] | list[str]] = ()
     login_url: ClassVar[str] = ""
+    # Item pipelines, in order, before the job's ``item_pipelines``: classes or "module:Class"
+    # strings (``crawler.spiders.pipelines``).
+    pipelines: ClassVar[Sequence[type | str]] = ()
 
     def __init__(self, **kwargs: str) -> None:
         for key, value in kwargs.items():
             setattr(self, key, value)
+
+    # --- start requests (``crawler.spiders.starts``) ---
+
+    def start_requests(self) -> Iterable[Request | str] | AsyncIterator[Request | str]:
+        """The requests the crawl starts with: a generator or an async generator of ``Request``
+        objects or URLs, as long as you like (one worker at a time reads it, a batch at a time,
+        while the job's queue has room: ``start_requests_backlog``). They pass the job's scope
+        rules and ``allow``. The default yields ``start_urls``, which a job without seeds takes
+        as its seeds; a spider that overrides it starts from what it yields (and any seeds given)."""
+        return (Request(url) for url in self.start_urls)
 
     # --- scope and requests (fetch side) ---
 
@@ -100,7 +108,9 @@ class Spider:
     # --- pages (parse side) ---
 
     def parse(self, page: Page) -> Iterable[Yielded]:
-        """Items and links from an HTML page that answered 2xx. The default yields nothing: the
+        """Items and requests from a response that answered 2xx (HTML, JSON, XML, text, binary)
+        whose request names no other callback; a request's ``callback`` names another method of
+        the spider, called as ``callback(page, **cb_kwargs)``. The default yields nothing: the
         page is stored and its extracted links followed as without a spider."""
         return ()
 
@@ -110,6 +120,8 @@ class Spider:
         return item
 
     def on_error(self, page: Page) -> Iterable[Yielded]:
-        """Called instead of ``parse`` for a page that failed (``page.error`` set: a 4xx/5xx that
-        is not retried any more, a timeout, too large...). May yield items and links too."""
+        """Called instead of the callback for a page that failed (``page.error`` set: a 4xx/5xx
+        that is not retried any more, a timeout, too large, a refused type...) whose request
+        names no other ``errback``; ``page.status``, ``headers`` and ``body`` are the response's
+        when the server answered. May yield items and requests too."""
         return ()

@@ -19,6 +19,7 @@ anything. Only ``crawler crawl``, on the operator's own machine, imports the spi
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import importlib
 import importlib.machinery
@@ -26,6 +27,7 @@ import importlib.util
 import os
 import re
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -35,7 +37,10 @@ from typing import Any
 
 from crawler.config.settings import Settings
 from crawler.errors import ConfigError
+from crawler.spiders import scrapy_settings
 from crawler.spiders.base import Spider
+from crawler.spiders.source import assigned, bound_names, top_level
+from crawler.spiders.starts import has_start_requests
 
 GROUP = "crawler.spiders"
 PATHS_ENV = "CRAWLER_SPIDER_PATHS"
@@ -198,19 +203,8 @@ def _facts(found: Found, source: bytes) -> dict[str, Any]:
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise SpiderUnavailable(f"spider {found.target!r}: cannot read {where!r}: "
                                 f"{type(exc).__name__}: {exc}") from None
-    classes: dict[str, ast.ClassDef] = {}
-    bound: set[str] = set()
-    for node in _top_level(tree.body):
-        if isinstance(node, ast.ClassDef):
-            classes[node.name] = node
-            bound.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            bound.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            bound.update(a.asname or a.name.split(".")[0] for a in node.names)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            bound.add(node.name)
+    classes = {node.name: node for node in top_level(tree.body) if isinstance(node, ast.ClassDef)}
+    bound = bound_names(tree.body)
     if found.name not in bound and found.root is not None:
         raise SpiderUnavailable(f"spider {found.target!r}: {where!r} has no {found.name!r}")
     facts: dict[str, Any] = {}
@@ -222,36 +216,22 @@ def _facts(found: Found, source: bytes) -> dict[str, Any]:
             continue
         seen.add(cls.name)
         for stmt in cls.body:
-            key, value = _assigned(stmt)
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == "start_requests":
+                facts.setdefault("start_requests", True)
+            key, value = assigned(stmt)
             if key in _FACTS and value is not None and key not in facts:
                 try:
                     facts[key] = ast.literal_eval(value)
                 except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                     pass  # not a literal: unknown here
         todo += [classes[b.id] for b in cls.bases if isinstance(b, ast.Name) and b.id in classes]
+    try:
+        scrapy_facts = scrapy_settings.from_source(tree, found.name)  # a scrapy.Spider subclass?
+    except scrapy_settings.ScrapyUnsupported as exc:
+        raise SpiderUnavailable(f"spider {found.target!r}: {exc}") from None
+    if scrapy_facts is not None:
+        facts["scrapy"] = scrapy_facts
     return facts
-
-
-def _top_level(body: list[ast.stmt]) -> list[ast.stmt]:
-    # What a module binds as it runs: its statements, and those inside if / try / with blocks.
-    out: list[ast.stmt] = []
-    for node in body:
-        out.append(node)
-        if isinstance(node, (ast.If, ast.With)):
-            out += _top_level(node.body) + _top_level(getattr(node, "orelse", []))
-        elif isinstance(node, ast.Try):
-            out += _top_level(node.body) + _top_level(node.orelse) + _top_level(node.finalbody)
-            for handler in node.handlers:
-                out += _top_level(handler.body)
-    return out
-
-
-def _assigned(stmt: ast.stmt) -> tuple[str, ast.expr | None]:
-    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-        return stmt.targets[0].id, stmt.value
-    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-        return stmt.target.id, stmt.value
-    return "", None
 
 
 def _read(found: Found) -> tuple[str, dict[str, Any]]:
@@ -289,13 +269,19 @@ def _import_file(file: Path) -> ModuleType:
     # A stable name per file, so two spiders named alike in different files do not collide and
     # a second load reuses the first.
     mod_name = "crawler_spider_" + hashlib.sha1(str(file).encode()).hexdigest()[:12]
-    module = sys.modules.get(mod_name)
-    if module is not None:
-        return module
-    spec = importlib.util.spec_from_file_location(mod_name, file)
-    if spec is None or spec.loader is None:
-        raise SpiderUnavailable(f"spider file {str(file)!r} cannot be imported")
-    return _exec(spec)
+    # One import at a time: the module is in sys.modules while it runs, and another thread of a
+    # threads-pool worker must not take it half-built (a slow import, Scrapy's, made it likely).
+    with _IMPORTING:
+        module = sys.modules.get(mod_name)
+        if module is not None:
+            return module
+        spec = importlib.util.spec_from_file_location(mod_name, file)
+        if spec is None or spec.loader is None:
+            raise SpiderUnavailable(f"spider file {str(file)!r} cannot be imported")
+        return _exec(spec)
+
+
+_IMPORTING = threading.RLock()
 
 
 def _exec(spec: importlib.machinery.ModuleSpec) -> ModuleType:
@@ -317,27 +303,28 @@ def _import_listed(module: str, root: Path) -> ModuleType:
     parts = _walk(module, root)
     if parts is None:
         raise SpiderUnavailable(f"spider module {module!r} is not under {str(root)!r} on this machine")
-    parent: ModuleType | None = None
-    for part in parts:
-        got = sys.modules.get(part.name)
-        if got is None:
-            spec: importlib.machinery.ModuleSpec | None
-            if part.file is None:
-                spec = importlib.machinery.ModuleSpec(part.name, None, is_package=True)
-                spec.submodule_search_locations = [str(part.package)]
-            else:
-                locations = [str(part.package)] if part.package is not None else None
-                spec = importlib.util.spec_from_file_location(part.name, part.file.resolve(),
-                                                              submodule_search_locations=locations)
-            if spec is None:
-                raise SpiderUnavailable(f"spider module {part.name!r} cannot be imported")
-            got = _exec(spec)
-            if parent is not None:
-                setattr(parent, part.name.rpartition(".")[2], got)
-        elif not _from(got, root):
-            raise SpiderUnavailable(f"spider module {module!r}: {part.name!r} is already imported here from "
-                                    f"outside {str(root)!r}")
-        parent = got
+    with _IMPORTING:  # as in _import_file: never a half-built module to another thread
+        parent: ModuleType | None = None
+        for part in parts:
+            got = sys.modules.get(part.name)
+            if got is None:
+                spec: importlib.machinery.ModuleSpec | None
+                if part.file is None:
+                    spec = importlib.machinery.ModuleSpec(part.name, None, is_package=True)
+                    spec.submodule_search_locations = [str(part.package)]
+                else:
+                    locations = [str(part.package)] if part.package is not None else None
+                    spec = importlib.util.spec_from_file_location(part.name, part.file.resolve(),
+                                                                  submodule_search_locations=locations)
+                if spec is None:
+                    raise SpiderUnavailable(f"spider module {part.name!r} cannot be imported")
+                got = _exec(spec)
+                if parent is not None:
+                    setattr(parent, part.name.rpartition(".")[2], got)
+            elif not _from(got, root):
+                raise SpiderUnavailable(f"spider module {module!r}: {part.name!r} is already imported here from "
+                                        f"outside {str(root)!r}")
+            parent = got
     assert parent is not None
     return parent
 
@@ -352,8 +339,26 @@ def _class(module: ModuleType, target: str, name: str) -> type[Spider]:
     if cls is None:
         raise SpiderUnavailable(f"spider {target!r}: {module.__name__!r} has no {name!r}")
     if not (isinstance(cls, type) and issubclass(cls, Spider)):
-        raise SpiderUnavailable(f"spider {target!r}: {name!r} is not a subclass of crawler.spiders.Spider")
+        wrapped = _scrapy_spider(cls, target)
+        if wrapped is None:
+            raise SpiderUnavailable(f"spider {target!r}: {name!r} is not a subclass of crawler.spiders.Spider "
+                                    "(or of scrapy.Spider)")
+        return wrapped
     return cls
+
+
+def _scrapy_spider(cls: Any, target: str) -> type[Spider] | None:
+    """A crawler spider class running ``cls`` if it is a ``scrapy.Spider`` subclass, else None.
+    Scrapy is looked at only if the spider's module imported it: the crawler never does itself."""
+    scrapy = sys.modules.get("scrapy")
+    if scrapy is None or not (isinstance(cls, type) and issubclass(cls, scrapy.Spider)):
+        return None
+    from crawler.spiders import scrapy_compat  # here, not above: Scrapy is optional
+
+    try:
+        return scrapy_compat.wrap(cls)
+    except scrapy_settings.ScrapyUnsupported as exc:
+        raise SpiderUnavailable(f"spider {target!r}: {exc}") from None
 
 
 def _importing(target: str, where: str, run: Any) -> ModuleType:
@@ -362,22 +367,27 @@ def _importing(target: str, where: str, run: Any) -> ModuleType:
     except SpiderUnavailable:
         raise
     except Exception as exc:  # a spider's import may raise anything: it is the user's code
+        scrapy = isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] == "scrapy"
+        hint = " (a Scrapy spider needs the extra: pip install 'crawler[scrapy]')" if scrapy else ""
         raise SpiderUnavailable(f"spider {target!r}: cannot import {where!r}: "
-                                f"{type(exc).__name__}: {exc}") from exc
+                                f"{type(exc).__name__}: {exc}{hint}") from exc
     return module
 
 
-def load_class(found: Found) -> type[Spider]:
-    """Import the class ``find`` found: the file itself, the module from its listed directory,
-    or an installed module as Python finds it."""
+def import_found(found: Found) -> ModuleType:
+    """Import the module ``find`` found: the file itself, the module from its listed directory,
+    or an installed module as Python finds it (also for item pipelines, found the same way)."""
     file, root = found.file, found.root
     if file is not None and not found.module:
-        module = _importing(found.target, str(file), lambda: _import_file(file))
-    elif root is not None:
-        module = _importing(found.target, found.module, lambda: _import_listed(found.module, root))
-    else:
-        module = _importing(found.target, found.module, lambda: importlib.import_module(found.module))
-    return _class(module, found.target, found.name)
+        return _importing(found.target, str(file), lambda: _import_file(file))
+    if root is not None:
+        return _importing(found.target, found.module, lambda: _import_listed(found.module, root))
+    return _importing(found.target, found.module, lambda: importlib.import_module(found.module))
+
+
+def load_class(found: Found) -> type[Spider]:
+    """Import the class ``find`` found (see ``import_found``)."""
+    return _class(import_found(found), found.target, found.name)
 
 
 def parse_args(items: list[str]) -> dict[str, str]:
@@ -414,28 +424,48 @@ def load(target: str, version: str, args: list[str], paths: Sequence[str]) -> Sp
 
 # -- submitting ------------------------------------------------------------------------------
 
-def prepare(settings: Settings, seeds: list[str]) -> tuple[Settings, list[str]]:
+def prepare(settings: Settings, seeds: list[str], starts: bool | None = None) -> tuple[Settings, list[str]]:
     """Resolve the spider ``settings`` name for submission, without running any of its code:
     the settings with ``spider`` as the target every worker loads and ``spider_version``
     recorded, and the seeds (the class's literal ``start_urls`` when none are given); its literal
     ``allowed_domains`` when no ``allow_domains`` are. SpiderUnavailable if the spider is not
     one this process's ``spider_paths`` or installed entry points allow, before anything is
-    created."""
+    created. A class that defines ``start_requests`` (``starts``; default: as its source shows)
+    starts from what that yields and any seeds given, not from its ``start_urls``; one of ours with
+    neither seeds nor domains to scope it by is refused."""
     if not settings.spider:
         return settings, seeds
     parse_args(settings.spider_args)  # a malformed argument fails here, not on every worker
     found = find(settings.spider, settings.spider_paths)
     version, facts = _read(found)
     changes: dict[str, object] = {"spider": found.target, "spider_version": version}
+    if "scrapy" in facts:  # a Scrapy spider's settings, where the user gave no flag of their own
+        try:
+            wanted = scrapy_settings.submit_changes(found.name, facts["scrapy"])
+        except scrapy_settings.ScrapyUnsupported as exc:
+            raise SpiderUnavailable(f"spider {found.target!r}: {exc}") from None
+        changes.update({k: v for k, v in wanted.items() if getattr(settings, k) == _default(k)})
     domains = _strings(facts.get("allowed_domains"))
     if not settings.allow_domains and domains:
         changes["allow_domains"] = domains
+    starts = bool(facts.get("start_requests") or "scrapy" in facts) if starts is None else starts
+    changes["spider_start_requests"] = starts
+    if starts and not seeds and "scrapy" not in facts:
+        if not (settings.allow_domains or domains):
+            raise SpiderUnavailable(f"spider {found.target!r}: the hosts its start_requests yields are not known "
+                                    "before it runs: give allowed_domains (a literal list), --allow-domain, or seeds")
+        return settings.replace(**changes), seeds
     if not seeds:
         seeds = _strings(facts.get("start_urls")) or []
-        if not seeds:
+        if not seeds and "scrapy" not in facts:  # a Scrapy spider's start() runs on a worker
             raise SpiderUnavailable(f"spider {found.target!r}: give seeds (the class has no literal start_urls list, "
                                     "and submitting never runs spider code)")
     return settings.replace(**changes), seeds
+
+
+def _default(name: str) -> Any:
+    f = Settings.__dataclass_fields__[name]
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
 def prepare_local(settings: Settings, seeds: list[str]) -> tuple[Settings, list[str]]:
@@ -466,7 +496,8 @@ def prepare_local(settings: Settings, seeds: list[str]) -> tuple[Settings, list[
         changes["spider_paths"] = [*settings.spider_paths, str(root)]
     if not settings.allow_domains and cls.allowed_domains:
         changes["allow_domains"] = list(cls.allowed_domains)
-    return prepare(settings.replace(**changes), seeds or list(cls.start_urls))
+    starts = has_start_requests(cls)
+    return prepare(settings.replace(**changes), seeds or ([] if starts else list(cls.start_urls)), starts)
 
 
 def _import_module_here(name: str) -> ModuleType:

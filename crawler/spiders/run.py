@@ -7,7 +7,9 @@ log), never the page's row or the rest of the batch.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import inspect
 import json
 import logging
 from collections import Counter
@@ -15,8 +17,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from crawler.spiders.base import Follow, Spider, Yielded
+from crawler.spiders.base import Spider, Yielded
 from crawler.spiders.page import Page
+from crawler.spiders.request import Request, bad_header, to_spec
 
 log = logging.getLogger(__name__)
 
@@ -24,11 +27,13 @@ log = logging.getLogger(__name__)
 @dataclass
 class HookResult:
     """What a page's hooks gave: items to store (JSON-able dicts), links to follow (absolute, not
-    yet canonical), and counters for the job."""
+    yet canonical: the plain requests' URLs), requests with more than a URL to them (a callback,
+    data, a method...), and counters for the job."""
 
     items: list[dict[str, Any]] = field(default_factory=list)
     links: list[str] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
+    requests: list[Request] = field(default_factory=list)
 
 
 def overrides(spider: Spider, hook: str) -> bool:
@@ -44,24 +49,53 @@ def spider_error(counts: Counter[str], spider: Spider, hook: str, url: str) -> N
     log.exception("spider %s: %s raised on %s", type(spider).__qualname__, hook, url)
 
 
-def run_page_hook(spider: Spider, hook: str, page: Page, max_items: int, max_bytes: int) -> HookResult:
-    """``spider.parse(page)`` or ``spider.on_error(page)`` (``hook``), then ``check_item`` on each
-    item. Items past ``max_items`` or ``max_bytes`` (their JSON) are counted ``items_capped``; a
-    yielded value that is neither an item nor a link is a ``spider_error`` naming its type."""
+def _drain(result: Any) -> Iterable[Yielded]:
+    """What a callback returned, as an iterable: an async generator or a coroutine (``async
+    def`` callbacks, as Scrapy allows) is run to its end here."""
+    if inspect.isasyncgen(result):
+        async def collect() -> list[Any]:
+            return [v async for v in result]
+        return asyncio.run(collect())
+    if inspect.iscoroutine(result):
+        got = asyncio.run(result)
+        return _drain(got)
+    if result is None:
+        return ()
+    if isinstance(result, (Request, Mapping)) or (dataclasses.is_dataclass(result) and not isinstance(result, type)):
+        return (result,)  # one value returned, not yielded
+    return result  # type: ignore[no-any-return]
+
+
+def run_page_hook(spider: Spider, hook: str, page: Page, max_items: int, max_bytes: int,
+                  kwargs: Mapping[str, Any] | None = None) -> HookResult:
+    """``spider.<hook>(page, **kwargs)`` (``parse``, a request's callback, ``on_error`` or an
+    errback), then ``check_item`` on each item. Items past ``max_items`` or ``max_bytes`` (their
+    JSON) are counted ``items_capped``; a yielded value that is neither an item nor a
+    ``Request`` is a ``spider_error`` naming its type; a callback the spider does not have is
+    ``spider_error:no_callback``."""
     out = HookResult()
-    fn: Callable[[Page], Iterable[Yielded]] = getattr(spider, hook)
+    fn: Callable[..., Any] | None = getattr(spider, hook, None) if not hook.startswith("_") else None
+    if fn is None or not callable(fn):
+        out.counts["spider_error"] += 1
+        out.counts["spider_error:no_callback"] += 1
+        log.error("spider %s has no method %r (the callback of %s)", type(spider).__qualname__, hook, page.url)
+        return out
     raw_items: list[dict[str, Any]] = []
     try:
-        for value in fn(page) or ():
-            if isinstance(value, Follow):
-                out.links.append(value.url)
+        for value in _drain(fn(page, **kwargs) if kwargs else fn(page)):
+            if isinstance(value, Request):
+                if value.plain:
+                    out.links.append(value.url)
+                else:
+                    out.requests.append(value)
             elif (item := as_item(value)) is not None:
                 raw_items.append(item)
             else:
                 out.counts["spider_error"] += 1
                 out.counts[f"spider_error:{hook}"] += 1
                 log.error("spider %s: %s yielded a %s on %s; yield a dict or dataclass (an item) or "
-                          "page.follow(url) (a link)", type(spider).__qualname__, hook, type(value).__name__, page.url)
+                          "a Request (page.follow(url, ...))", type(spider).__qualname__, hook,
+                          type(value).__name__, page.url)
     except Exception:
         # What it yielded before raising is dropped too: half a page's items would look complete.
         spider_error(out.counts, spider, hook, page.url)
@@ -101,6 +135,38 @@ def run_page_hook(spider: Spider, hook: str, page: Page, max_items: int, max_byt
     return out
 
 
+def request_spec(req: Request, max_bytes: int, counts: Counter[str], spider: Spider, url: str) -> str | None:
+    """A yielded request's spec, or None (counted, logged) when it cannot travel: headers that
+    cannot be sent (``spider_error:request_bad_header``, see ``bad_header``), not JSON-able or
+    not UTF-8 (a lone surrogate: ``spider_error:request_not_json``) or bigger than
+    ``max_bytes`` (``max_request_bytes``: ``spider_error:request_too_large``). Each costs that
+    request only."""
+    if req.headers and (why := bad_header(req.headers)) is not None:
+        counts["spider_error"] += 1
+        counts["spider_error:request_bad_header"] += 1
+        log.error("spider %s: a request for %s from %s cannot be sent: %s",
+                  type(spider).__qualname__, req.url, url, why)
+        return None
+    try:
+        spec = to_spec(req)
+        # The spec goes to Redis as UTF-8: a lone surrogate (from bytes decoded with
+        # surrogateescape, say) would fail there, and with it the whole parse, again and again.
+        size = len(spec) if spec.isascii() else len(spec.encode())
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+        counts["spider_error"] += 1
+        counts["spider_error:request_not_json"] += 1
+        log.error("spider %s: a request for %s from %s cannot be kept (cb_kwargs, meta and headers must be JSON "
+                  "text): %s", type(spider).__qualname__, req.url, url, exc)
+        return None
+    if size > max_bytes:
+        counts["spider_error"] += 1
+        counts["spider_error:request_too_large"] += 1
+        log.error("spider %s: a request for %s from %s is %d bytes, over max_request_bytes (%d)",
+                  type(spider).__qualname__, req.url, url, size, max_bytes)
+        return None
+    return spec
+
+
 def as_item(value: Any) -> dict[str, Any] | None:
     """A yielded value as an item dict (a Mapping with string keys, or a dataclass instance); None
     for anything else."""
@@ -113,11 +179,15 @@ def as_item(value: Any) -> dict[str, Any] | None:
 
 def json_item(item: dict[str, Any]) -> str | None:
     """The item as JSON (dates, decimals and other scalars as their text), or None if it holds
-    something that is not data (a circular structure, NaN)."""
+    something that is not data (a circular structure, NaN) or text that is not UTF-8 (a lone
+    surrogate, which the store could not write: the job would retry it forever)."""
     try:
-        return json.dumps(item, ensure_ascii=False, default=str, allow_nan=False)
-    except (ValueError, TypeError):
+        encoded = json.dumps(item, ensure_ascii=False, default=str, allow_nan=False)
+        if not encoded.isascii():
+            encoded.encode()
+    except (ValueError, TypeError):  # UnicodeEncodeError is a ValueError
         return None
+    return encoded
 
 
 def allowed(spider: Spider, url: str, counts: Counter[str]) -> bool:

@@ -16,6 +16,7 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 from crawler.config.credentials import AuthRule, Secrets
 from crawler.fetch.client import FetchConfig, FetchResult, HopCheck, Hops
 from crawler.fetch.jar import CookieJar
+from crawler.spiders.forms import form_values, merge
 from crawler.spiders.page import Page
 
 T = TypeVar("T")
@@ -112,9 +113,7 @@ class Session:
         if not forms:
             raise LoginFailed(f"no form {form_css or ''} on {page.final_url}".replace("  ", " "), "no_form")
         form = forms[0]
-        values = form_values(form)
-        for k, v in (fields or {}).items():
-            values = [(n, x) for n, x in values if n != k] + [(k, v)]
+        values = merge(form_values(form), fields)
         action = page.urljoin(form.attrib.get("action", "") or page.final_url)
         method = form.attrib.get("method", "GET").strip().upper()
         if method == "POST":
@@ -144,28 +143,3 @@ def _pairs(data: Mapping[str, str] | Sequence[tuple[str, str]] | None) -> list[t
     if data is None:
         return []
     return list(data.items()) if isinstance(data, Mapping) else list(data)
-
-
-def form_values(form: Any) -> list[tuple[str, str]]:
-    """A form's successful controls with their current values (a parsel selector over it)."""
-    out: list[tuple[str, str]] = []
-    for el in form.xpath(".//input|.//textarea|.//select"):
-        name = el.attrib.get("name")
-        if not name or "disabled" in el.attrib:
-            continue
-        tag = el.root.tag
-        if tag == "textarea":
-            out.append((name, "".join(el.xpath("text()").getall())))
-        elif tag == "select":
-            chosen = el.xpath(".//option[@selected]") or el.xpath(".//option")
-            if chosen:
-                opt = chosen[0]
-                out.append((name, opt.attrib.get("value", "".join(opt.xpath("text()").getall()).strip())))
-        else:
-            kind = el.attrib.get("type", "text").lower()
-            if kind in ("submit", "button", "image", "reset", "file"):
-                continue
-            if kind in ("checkbox", "radio") and "checked" not in el.attrib:
-                continue
-            out.append((name, el.attrib.get("value", "on" if kind in ("checkbox", "radio") else "")))
-    return out

@@ -9,6 +9,7 @@ from crawler import jobs
 from crawler.dedup import admit_links
 from crawler.errors import BadURL
 from crawler.frontier import Entry, spill
+from crawler.spiders.request import MARK, strip_mark, urgent_spec
 from crawler.stages.context import Context
 from crawler.stages.messages import LinkGroup
 from crawler.state.jobconf import Job
@@ -25,9 +26,14 @@ def dedup_stage(ctx: Context, job: Job, token: str, links: Sequence[LinkGroup]) 
     bad = traps = 0
     drop = s.dropped_params
     for group in links:
+        specs = dict(group.specs) if group.specs else None
         for url, depth, referrer in group.links():
             try:
-                canon = canonicalize(url, s.max_url_length, drop)
+                if MARK in url:  # a request key: its URL canonical, its marker kept
+                    cut = url.index(MARK)
+                    canon = canonicalize(url[:cut], s.max_url_length, drop) + url[cut:]
+                else:
+                    canon = canonicalize(url, s.max_url_length, drop)
             except BadURL:
                 bad += 1
                 continue
@@ -36,10 +42,16 @@ def dedup_stage(ctx: Context, job: Job, token: str, links: Sequence[LinkGroup]) 
                     and repeated_segments(canon) > s.max_repeated_segments):
                 traps += 1
                 continue
+            spec = specs.get(url, "") if specs else ""
             prev = best.get(canon)
-            if prev is None or depth < prev.depth:
-                best[canon] = Entry(canon, depth, referrer)
-    variants = ctx.variants.over_cap(job.id, [(e.url, e.referrer) for e in best.values()], s.max_query_variants)
+            # A request with a callback or data wins over a plain link to the same key.
+            if prev is None or (depth < prev.depth and (spec or not prev.spec)) or (spec and not prev.spec):
+                best[canon] = Entry(canon, depth, referrer, 0, spec, urgent_spec(spec)) if spec \
+                    else Entry(canon, depth, referrer)
+    # A request key's marker (``#~<fingerprint>``) would read as an opaque token: POSTs and
+    # dont_filter requests are the spider's own choice, not a trap's links, and skip the cap.
+    variants = ctx.variants.over_cap(job.id, [(e.url, strip_mark(e.referrer)) for e in best.values()
+                                              if MARK not in e.url], s.max_query_variants)
     for url in variants:
         del best[url]
     # The cache may not answer for depth-limited jobs: a URL seen again by a shorter path must

@@ -10,12 +10,13 @@ from typing import Any
 
 from crawler import errors, jobs
 from crawler.fetch import FetchConfig
-from crawler.fetch.client import FetchResult, runtime
+from crawler.fetch.client import FetchResult, RequestSpec, runtime
 from crawler.fetch.robots import origin_of
 from crawler.frontier import Entry, Fetched
 from crawler.parse import is_html
 from crawler.render import decide
 from crawler.spiders.base import Spider
+from crawler.spiders.request import MARK, from_spec, strip_mark
 from crawler.spiders.run import overrides, render_wish
 from crawler.stages.context import Context
 from crawler.stages.dedup import dedup_stage
@@ -44,7 +45,11 @@ def fetch_config(job: Job) -> FetchConfig:
     return FetchConfig(user_agent=s.user_agent, connect_timeout=s.connect_timeout, read_timeout=s.read_timeout,
                        deadline=s.request_deadline, max_redirects=s.max_redirects, max_body=s.max_body,
                        allow_networks=tuple(s.allow_networks), resolve=resolve,
-                       dns_ttl=s.dns_ttl)
+                       dns_ttl=s.dns_ttl,
+                       # A spider's callbacks get every response (JSON, XML, text, binary) but
+                       # the types the job refuses; without one only HTML bodies are read.
+                       html_only=not s.spider,
+                       refuse_types=tuple(t.strip().lower() for t in s.refuse_types if t.strip()))
 
 
 def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) -> list[FetchedPage]:
@@ -63,13 +68,19 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     config = fetch_config(job)
     rt = runtime()
     fetcher = ctx.fetcher or rt.fetcher(config)
-    policies, fresh, blocked = ctx.politeness.robots_blocks([e.url for e in todo], job, fetcher, config, rt.run)
-    go = [e.url for e in todo if e.url not in blocked]
+    # A request key's marker (``#~...``: another method, a body, dont_filter) never reaches the
+    # network: the URL is fetched. Plain links pay one substring test.
+    marked = any(MARK in e.url for e in todo)
+    urls = [strip_mark(e.url) for e in todo] if marked else [e.url for e in todo]
+    policies, fresh, blocked = ctx.politeness.robots_blocks(urls, job, fetcher, config, rt.run)
+    go_at = [i for i, u in enumerate(urls) if u not in blocked]
+    go_keys = [todo[i].url for i in go_at]
+    go = [urls[i] for i in go_at]
     check = ctx.politeness.hop_check(job, fetcher, config, fresh)
     cycle, cycle_base = jobs.cycle_of(ctx.redis, job.id) if s.periodic else (0, 0.0)
     # Revisits are conditional: what the last visit stored goes back as validators.
-    previous = _previous(ctx, job, go) if cycle > 1 and go else {}
-    validators = ctx.politeness.validators(previous)
+    previous = _previous(ctx, job, go_keys) if cycle > 1 and go else {}
+    validators = ctx.politeness.validators({k: v for k, v in previous.items() if MARK not in k})
     spider = ctx.spider(job)
     session = open_session(ctx, job, spider, fetcher, config, rt.run) if go else None
     hook_counts: Counter[str] = Counter()
@@ -77,8 +88,13 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     for url, extra in extra_headers.items():
         validators[url] = [*validators.get(url, []), *extra]
     hops = session.hops if session is not None else None
-    fetched = dict(zip(go, rt.run(fetcher.fetch_many(go, config, check, validators, hops)), strict=True)) if go else {}
-    results = [fetched.get(e.url) or blocked_result(e.url, blocked[e.url]) for e in todo]
+    specs = [_request_spec(todo[i].spec, hook_counts) if todo[i].spec else None for i in go_at]
+    if any(specs):
+        got = rt.run(fetcher.fetch_many(go, config, check, validators, hops, requests=specs)) if go else []
+    else:
+        got = rt.run(fetcher.fetch_many(go, config, check, validators, hops)) if go else []
+    fetched = dict(zip(go_keys, got, strict=True))
+    results = [fetched.get(e.url) or blocked_result(u, blocked[u]) for e, u in zip(todo, urls, strict=True)]
 
     now = time.time()
     archive = bool(s.warc and s.warc_dir)
@@ -151,12 +167,26 @@ def _page(ctx: Context, e: Entry, r: FetchResult, body_key: str, with_headers: b
         request_headers=tuple(r.request_headers) if archive else (),
         error=r.error, fetched_at=r.fetched_at, elapsed=round(r.elapsed, 4), redirects=tuple(r.redirects),
         body_key=body_key, content_length=len(r.body), content_sha1=r.sha1, content_type=r.content_type,
-        fetched_by=ctx.node, attempts=e.attempts + 1,
+        fetched_by=ctx.node, attempts=e.attempts + 1, request=e.spec,
         etag=r.header("etag") or "", last_modified=r.header("last-modified") or "",
         cycle=cycle, cycle_base=cycle_base, not_modified=r.status == 304,
         # The same bytes as last time: nothing to parse again.
         unchanged=r.status == 200 and not r.error and (previous or {}).get("content_sha1") == r.sha1,
     )
+
+
+def _request_spec(spec: str, counts: Counter[str]) -> RequestSpec | None:
+    """What the client sends for a request's spec: None for a plain GET (or a spec that does
+    not read, counted ``spider_error:request_spec``: the URL is fetched with a GET)."""
+    try:
+        req = from_spec(spec, "-")
+    except (ValueError, TypeError):
+        counts["spider_error"] += 1
+        counts["spider_error:request_spec"] += 1
+        return None
+    if req.method == "GET" and not req.body and not req.headers:
+        return None
+    return req.method, req.body, list(req.headers.items())
 
 
 def _mark_for_render(ctx: Context, job: Job, token: str, spider: Spider | None,

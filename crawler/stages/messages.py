@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar, cast
 
 from crawler.frontier import Entry
+from crawler.spiders.request import strip_mark
 
 VERSION = 1
 
@@ -131,6 +132,12 @@ class FetchedPage:
     # the browser built waits in Redis under ``rendered_key`` for parse and the WARC.
     render: str = ""
     rendered_key: str = ""
+    # Requests (``crawler.spiders.request``): ``request`` is the spec of the request this page
+    # answers ("" for a plain link: a GET, parsed by ``parse``), read off its frontier entry;
+    # ``requests`` (set by parse) the (key, spec) of the outlinks that are more than links,
+    # stored with the page so ``crawler recover`` queues them with their callbacks and data.
+    request: str = ""
+    requests: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict; fields at their defaults are left out (from_json puts them back)."""
@@ -148,7 +155,7 @@ class FetchedPage:
             raise BadMessage(f"page message is a {type(data).__name__}, not an object")
         _check_version("page", data.get("v"))
         page = _from_fields(cls, "page", data, {"headers": 2, "request_headers": 2, "redirects": 2,
-                                                "outlinks": 1, "items": 1})
+                                                "outlinks": 1, "items": 1, "requests": 2})
         if not isinstance(page.url, str) or not isinstance(page.depth, int) or not isinstance(page.body_key, str):
             raise BadMessage("page message has fields of the wrong type")
         return page
@@ -157,8 +164,8 @@ class FetchedPage:
 def failed_page(raw_entry: str, reason: str) -> FetchedPage:
     """A page that was never fetched, to be stored with its reason."""
     e = Entry.decode(raw_entry)
-    return FetchedPage(url=e.url, depth=e.depth, referrer=e.referrer, final_url=e.url, error=reason,
-                       fetched_at=time.time(), attempts=e.attempts)
+    return FetchedPage(url=e.url, depth=e.depth, referrer=e.referrer, final_url=strip_mark(e.url), error=reason,
+                       fetched_at=time.time(), attempts=e.attempts, request=e.spec)
 
 
 def pages_to_json(pages: Sequence[FetchedPage]) -> list[dict[str, Any]]:
@@ -180,10 +187,14 @@ class LinkGroup:
     referrer: str
     depth: int
     urls: tuple[str, ...]
+    # (url, spec) of the urls that are requests with more than a URL to them (a callback, data, a
+    # method, a body: ``crawler.spiders.request``); a url is then a request key (it may carry a
+    # ``#~`` marker). Optional, so a group without it reads as version 1 still.
+    specs: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def single(cls, url: str, depth: int, referrer: str) -> LinkGroup:
-        return cls(referrer, depth, (url,))
+    def single(cls, url: str, depth: int, referrer: str, spec: str = "") -> LinkGroup:
+        return cls(referrer, depth, (url,), ((url, spec),) if spec else ())
 
     def links(self) -> Iterator[tuple[str, int, str]]:
         """(url, depth, referrer) per link."""
@@ -191,7 +202,10 @@ class LinkGroup:
             yield url, self.depth, self.referrer
 
     def to_json(self) -> dict[str, Any]:
-        return {"v": VERSION, "referrer": self.referrer, "depth": self.depth, "urls": list(self.urls)}
+        out = {"v": VERSION, "referrer": self.referrer, "depth": self.depth, "urls": list(self.urls)}
+        if self.specs:
+            out["specs"] = [list(p) for p in self.specs]
+        return out
 
     @classmethod
     def from_json(cls, data: Any) -> LinkGroup:
@@ -210,9 +224,10 @@ class LinkGroup:
         if not isinstance(data, dict):
             raise BadMessage(f"link group message has schema version None; this worker speaks version {VERSION}")
         _check_version("link group", data.get("v"))
-        group = _from_fields(cls, "link group", data, {"urls": 1})
+        group = _from_fields(cls, "link group", data, {"urls": 1, "specs": 2})
         if not isinstance(group.referrer, str) or not isinstance(group.depth, int) \
-                or not all(isinstance(u, str) for u in group.urls):
+                or not all(isinstance(u, str) for u in group.urls) \
+                or not all(len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], str) for p in group.specs):
             raise BadMessage("link group message has fields of the wrong type")
         return group
 

@@ -8,14 +8,17 @@ from typing import Any
 
 from crawler import jobs
 from crawler.config.scope import url_patterns
+from crawler.config.settings import Settings
 from crawler.dedup.simhash import simhash
 from crawler.errors import BadURL
 from crawler.extract import noisefilter
 from crawler.extract.maintext import Format, MainText, extract_main_text
 from crawler.frontier.sharding import shard_of_url
 from crawler.parse import ParsedPage, is_html, parse_html
+from crawler.spiders.base import Spider
 from crawler.spiders.page import Page
-from crawler.spiders.run import allowed, overrides, run_page_hook
+from crawler.spiders.request import MARK, Request, from_spec, origin_of, request_key, strip_mark
+from crawler.spiders.run import HookResult, allowed, overrides, request_spec, run_page_hook
 from crawler.stages.context import Context
 from crawler.stages.messages import FetchedPage, LinkGroup, groups_to_json
 from crawler.state.jobconf import Job
@@ -45,15 +48,22 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
     s = job.settings
     # The pages are this task's now: their leases run from here, not from the end of the fetch.
     ctx.frontier.renew(job.id, [(p.url, token) for p in pages], s.lease_timeout)
-    want = [p for p in pages if p.body_key and p.status == 200 and is_html(p.content_type) and not p.unchanged]
     spider = ctx.spider(job)
+    if spider is None:
+        want = [p for p in pages if p.body_key and p.status == 200 and is_html(p.content_type) and not p.unchanged]
+    else:
+        # Every response reaches the spider: JSON, XML, text, binary, an empty 204 too.
+        want = [p for p in pages if not p.error and p.status is not None and 200 <= p.status < 300
+                and not p.unchanged and (p.body_key or not is_html(p.content_type))]
     hooks: Counter[str] = Counter()
     parsing = {p.url for p in want}
     failed = [p for p in pages if p.error and p.url not in parsing and spider is not None
-              and overrides(spider, "on_error")]
+              and (overrides(spider, "on_error") or _errback(p.request))]
     # A page a browser rendered is parsed from the DOM it built.
-    fetched = ctx.bodies([p.rendered_key or p.body_key for p in want] + [p.body_key or "-" for p in failed])
+    fetched = ctx.bodies([p.rendered_key or p.body_key or "-" for p in want] + [p.body_key or "-" for p in failed])
     bodies, failed_bodies = fetched[:len(want)], fetched[len(want):]
+    # key -> spec of the outlinks that are requests with more than a URL (per page)
+    page_specs: dict[str, dict[str, str]] = {}
     batches: dict[int, list[LinkGroup]] = defaultdict(list)
     bad = fragment = not_http = out_of_scope = near = capped = dropped = query_traps = 0
     drop = s.dropped_params
@@ -66,11 +76,27 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
     lost: set[str] = set()
     extracted: Counter[str] = Counter()
     for page, body in zip(want, bodies, strict=True):
-        if body is None:
+        if body is None and (page.body_key or page.rendered_key):
             # The body expired or Redis lost it: storing the page now would record it without
             # its links (and ``crawler recover`` would then never follow them). Its lease
             # expires, or the rebuilt frontier holds it, and it is fetched again.
             lost.add(page.url)
+            continue
+        body = body or b""
+        if spider is not None and not page.rendered_key and not is_html(page.content_type):
+            # Not HTML: no tree, no links of the crawler's own; the request's callback gets it.
+            req = _request_of(page, hooks)
+            got = run_callback(spider, req.callback or "parse", hook_page(page, body, None, req), s, None)
+            outlinks, specs = _outlinks(spider, page, got, [], s, drop, hooks) if got is not None else ([], {})
+            bad += outlinks.count("")
+            outlinks = [u for u in outlinks if u]
+            page_specs[page.url] = specs
+            annotated[page.url] = dataclasses.replace(page, outlinks=tuple(outlinks),
+                                                      requests=tuple((k, specs[k]) for k in outlinks if k in specs))
+            if got is not None:
+                annotated[page.url] = dataclasses.replace(annotated[page.url], items=tuple(got.items),
+                                                          items_parsed=True)
+            nofollows[page.url] = False
             continue
         parsed = parse_html(page.final_url, body, RENDERED_TYPE if page.rendered_key else page.content_type,
                             s.max_links_per_page, s.follow_nofollow)
@@ -78,27 +104,36 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
         dropped += parsed.dropped_links
         links = parsed.links
         spider_items: tuple[dict[str, Any], ...] | None = None
-        if spider is not None and overrides(spider, "parse"):
-            got = run_page_hook(spider, "parse", hook_page(page, body, parsed), s.max_items_per_page,
-                                s.max_item_bytes)
-            hooks.update(got.counts)
-            links = list(dict.fromkeys([*(parsed.links if spider.follow_links else ()), *got.links]))
-            spider_items = tuple(got.items)
-        elif spider is not None and not spider.follow_links:
-            links = []
-        outlinks: list[str] = []
-        for link in links:
-            try:
-                outlinks.append(canonicalize(link, s.max_url_length, drop))
-            except BadURL:
-                bad += 1
+        specs = {}
+        if spider is not None:
+            req = _request_of(page, hooks)
+            got = run_callback(spider, req.callback or "parse", hook_page(page, body, parsed, req), s, parsed)
+            if got is not None:
+                outlinks, specs = _outlinks(spider, page, got, parsed.links if spider.follow_links else [], s,
+                                            drop, hooks)
+                spider_items = tuple(got.items)
+            elif not spider.follow_links:
+                outlinks = []
+            else:
+                outlinks, _ = _outlinks(spider, page, None, parsed.links, s, drop, hooks)
+            bad += outlinks.count("")
+            outlinks = [u for u in outlinks if u]
+        else:
+            outlinks = []
+            for link in links:
+                try:
+                    outlinks.append(canonicalize(link, s.max_url_length, drop))
+                except BadURL:
+                    bad += 1
+        page_specs[page.url] = specs
         bad += parsed.bad_links
         fragment += parsed.fragment_links
         not_http += parsed.not_http_links
         nofollow_links += parsed.nofollow_links
         annotated[page.url] = dataclasses.replace(
             page, title=parsed.title, canonical=parsed.canonical, noindex=parsed.noindex, nofollow=parsed.nofollow,
-            outlinks=tuple(outlinks), simhash=simhash(parsed.raw_text) if s.near_duplicates else None)
+            outlinks=tuple(outlinks), simhash=simhash(parsed.raw_text) if s.near_duplicates else None,
+            requests=tuple((k, specs[k]) for k in outlinks if k in specs) if specs else ())
         if spider_items is not None:
             annotated[page.url] = dataclasses.replace(annotated[page.url], items=spider_items, items_parsed=True)
         nofollows[page.url] = parsed.nofollow
@@ -112,17 +147,17 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
             annotated[page.url] = with_main_text(annotated[page.url], body, s.extract, extracted)
     for page, maybe_body in zip(failed, failed_bodies, strict=True):
         assert spider is not None  # only pages of a spider that handles errors are in ``failed``
-        got = run_page_hook(spider, "on_error", hook_page(page, maybe_body or b""), s.max_items_per_page,
+        req = _request_of(page, hooks)
+        errback = req.errback or "on_error"
+        got = run_page_hook(spider, errback, hook_page(page, maybe_body or b"", None, req), s.max_items_per_page,
                             s.max_item_bytes)
-        hooks.update(got.counts)
-        outlinks = []
-        for link in got.links:
-            try:
-                outlinks.append(canonicalize(link, s.max_url_length, drop))
-            except BadURL:
-                bad += 1
+        outlinks, specs = _outlinks(spider, page, got, [], s, drop, hooks)
+        bad += outlinks.count("")
+        outlinks = [u for u in outlinks if u]
+        page_specs[page.url] = specs
         annotated[page.url] = dataclasses.replace(page, outlinks=tuple(outlinks), items=tuple(got.items),
-                                                  items_parsed=True)
+                                                  items_parsed=True,
+                                                  requests=tuple((k, specs[k]) for k in outlinks if k in specs))
         nofollows[page.url] = False
     hashed = [p for p in annotated.values() if p.simhash is not None]
     if hashed:
@@ -147,21 +182,24 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
             continue
         by_shard: dict[int, list[str]] = defaultdict(list)
         keep = unnoisy.get(page.url)
+        specs = page_specs.get(page.url) or {}
         for link in page.outlinks:
-            if keep is not None and link not in keep:
+            if keep is not None and link not in keep and link not in specs:
                 continue
-            if job.allowed and domain_of(link) not in job.allowed:
+            url = strip_mark(link) if specs and MARK in link else link
+            if job.allowed and domain_of(url) not in job.allowed:
                 out_of_scope += 1
                 continue
-            if not patterns.empty and not patterns.follows(link):
+            if not patterns.empty and not patterns.follows(url):
                 denied += 1
                 continue
-            if spider_allows is not None and not allowed(spider_allows, link, hooks):
+            if spider_allows is not None and not allowed(spider_allows, url, hooks):
                 denied_spider += 1
                 continue
-            by_shard[shard_of_url(link, s.shards)].append(link)
+            by_shard[shard_of_url(url, s.shards)].append(link)
         for shard, urls in by_shard.items():
-            batches[shard].append(LinkGroup(page.url, child_depth, tuple(urls)))
+            batches[shard].append(LinkGroup(page.url, child_depth, tuple(urls),
+                                            tuple((u, specs[u]) for u in urls if u in specs) if specs else ()))
     jobs.count(ctx.redis, job.id, parsed=len(want) - len(lost), bad_url=bad, links_fragment_only=fragment,
                links_not_http=not_http, links_out_of_scope=out_of_scope,
                near_duplicates=near, skipped_unchanged=sum(1 for p in pages if p.unchanged),
@@ -193,8 +231,70 @@ def with_main_text(page: FetchedPage, body: bytes, fmt: str, tally: Counter[str]
                                main_author=got.author, main_date=got.date, main_language=got.language)
 
 
-def hook_page(page: FetchedPage, body: bytes, parsed: ParsedPage | None = None) -> Page:
-    """What a spider's hooks see of ``page``: the tree ``parsed`` already built, if any."""
+def hook_page(page: FetchedPage, body: bytes, parsed: ParsedPage | None = None, req: Request | None = None) -> Page:
+    """What a spider's hooks see of ``page``: the tree ``parsed`` already built, if any, and the
+    request it answers."""
     return Page(page.url, final_url=page.final_url, status=page.status, headers=page.headers, body=body,
-                content_type=page.content_type, error=page.error, depth=page.depth, referrer=page.referrer,
-                parsed=parsed)
+                content_type=RENDERED_TYPE if page.rendered_key else page.content_type, error=page.error,
+                depth=page.depth, referrer=page.referrer, parsed=parsed, request=req)
+
+
+def _errback(spec: str) -> bool:
+    return bool(spec) and '"eb":' in spec
+
+
+def _request_of(page: FetchedPage, counts: Counter[str]) -> Request:
+    """The request ``page`` answers: its spec, or a plain GET of its URL."""
+    if not page.request:
+        return Request(strip_mark(page.url))
+    try:
+        return from_spec(page.request, page.url)
+    except (ValueError, TypeError):
+        counts["spider_error"] += 1
+        counts["spider_error:request_spec"] += 1
+        return Request(strip_mark(page.url))
+
+
+def run_callback(spider: Spider, callback: str, page: Page, s: Settings,
+                 parsed: ParsedPage | None) -> HookResult | None:
+    """The request's callback on ``page`` with its ``cb_kwargs``; None when there is nothing to
+    run (``parse`` left as the base class's no-op)."""
+    if callback == "parse" and not overrides(spider, "parse"):
+        return None
+    return run_page_hook(spider, callback, page, s.max_items_per_page, s.max_item_bytes,
+                         page.request.cb_kwargs or None)
+
+
+def _outlinks(spider: Spider, page: FetchedPage, got: HookResult | None, extracted: list[str], s: Settings,
+              drop: frozenset[str], counts: Counter[str]) -> tuple[list[str], dict[str, str]]:
+    """The keys to follow from a page (the crawler's links, then the spider's requests), "" for
+    each that is not a URL (counted ``bad_url`` by the caller), and the specs of those that are
+    requests with more than a URL to them. A request with the key of a plain link replaces it."""
+    links = [*extracted, *(got.links if got is not None else ())]
+    out: list[str] = []
+    for link in dict.fromkeys(links):
+        try:
+            out.append(canonicalize(link, s.max_url_length, drop))
+        except BadURL:
+            out.append("")
+    specs: dict[str, str] = {}
+    if got is not None:
+        counts.update(got.counts)
+        for position, req in enumerate(got.requests):
+            try:
+                canon = canonicalize(req.url, s.max_url_length, drop)
+            except BadURL:
+                out.append("")
+                continue
+            spec = request_spec(req, s.max_request_bytes, counts, spider, page.url)
+            if spec is None:
+                continue
+            # A dont_filter key comes from this fetch of this page and the request's place among
+            # those its callback yielded: a repeat parse of the fetch gives the same keys.
+            key = request_key(req, canon, origin_of(page.url, page.cycle, position))
+            if key not in specs:
+                specs[key] = spec
+                out.append(key)
+    if specs:
+        out = list(dict.fromkeys(out))
+    return out, specs

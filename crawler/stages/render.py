@@ -163,6 +163,8 @@ def render_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage]) -
         note = ", ".join([f"{got.error}, partial DOM" if got.error else "rendered",
                           *([guard.navigated] if guard.navigated else []),
                           *([f"{guard.popups} popups closed"] if guard.popups else []),
+                          *([f"{guard.dialogs} dialogs dismissed"] if guard.dialogs else []),
+                          *([f"{guard.downloads} downloads refused"] if guard.downloads else []),
                           *([f"{guard.blocked} requests blocked"] if guard.blocked else [])])
         if not got.error:
             counts["rendered"] += 1

@@ -1,4 +1,5 @@
-"""The store stage: pages in, rows (and WARC records) written, leases ended."""
+"""The store stage: pages in, their items through the job's pipelines (``crawler.stages.pipelines``),
+rows (and WARC records) written, leases ended."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 from crawler import jobs
 from crawler.config import schedule
 from crawler.config.settings import Settings
+from crawler.stages import pipelines
 from crawler.stages.context import Context
 from crawler.stages.messages import FetchedPage
 from crawler.stages.retry_policy import store_cap, store_wait
@@ -21,12 +23,22 @@ from crawler.store.warc import WarcFiles
 def store_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage]) -> int:
     """Write rows (and WARC records for new ones), then end the leases. Returns rows written.
     Raises ``StoreUnavailable`` (nothing written, leases untouched) while the store is down:
-    see ``hold_for_retry``."""
+    see ``hold_for_retry``; SpiderUnavailable when the job's spider or item pipelines cannot be
+    loaded here."""
     s = job.settings
     ctx.frontier.renew(job.id, [(p.url, token) for p in pages], s.lease_timeout)
     store = ctx.page_store(s.store)
     previous = store.previous(job.id, [p.url for p in pages]) if s.periodic else {}
     records = [to_record(job.id, token, ctx.node, p) for p in pages]
+    pipes = pipelines.job_pipelines(ctx, job)
+    piped: list[str] = []
+    if pipes:
+        # Only pages whose fetch is not stored yet: a redelivered batch sends nothing twice.
+        stored = previous if s.periodic else store.previous(job.id, [r.url for r in records if r.items])
+        piped = pipelines.fields(records)
+        with pipelines.leases_kept(ctx, job, [(p.url, token) for p in pages]):
+            pipelines.run(ctx.redis, job.id, pipes,
+                          [r for r in records if (stored.get(r.url) or {}).get("fetch_id") != r.fetch_id])
     outcomes = {r.url: plan_visit(r, previous.get(r.url), p, s) for r, p in zip(records, pages, strict=True)}
     by_url = {p.url: p for p in pages}
     warc_dir = s.warc_dir if s.warc else ""
@@ -68,7 +80,10 @@ def store_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage]) ->
     if body_keys:
         ctx.frontier.drop_bodies(body_keys, pipe)
     store_errors.clear(pipe, job.id)
+    if piped:
+        pipe.hdel(pipelines.key(job.id), *piped)
     pipe.execute()
+    pipelines.after_batch(ctx.redis, job.id, has_pipelines=pipes is not None)
     return len(written)
 
 
@@ -133,4 +148,5 @@ def to_record(job_id: str, token: str, node: str, p: FetchedPage) -> PageRecord:
                               date=p.main_date, language=p.main_language) if p.main_format else None,
         items=list(p.items) if p.items_parsed else None,
         render=p.render,
+        requests=[list(r) for r in p.requests], request=p.request,
     )

@@ -10,9 +10,12 @@ well below ``SOCKET_TIMEOUT``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from redis import Redis
+from redis.sentinel import Sentinel
 
 from crawler.errors import CrawlerError
 
@@ -28,8 +31,44 @@ class RedisVersionError(CrawlerError, RuntimeError):
     pass
 
 
-def connect(url: str, **overrides: Any) -> Redis:
-    """A client for ``url`` with the project's socket, connect and health-check settings."""
+SENTINEL_PORT = 26379
+
+
+@dataclass(frozen=True)
+class SentinelURL:
+    """``sentinel://[:password@]host:port;sentinel://host:port/db``, the form kombu reads for a
+    broker under Sentinel: the sentinels to ask, and the database and password of the master."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+
+
+def is_sentinel(url: str) -> bool:
+    return url.startswith("sentinel://")
+
+
+def parse_sentinel(url: str) -> SentinelURL:
+    sentinels: list[tuple[str, int]] = []
+    db, username, password = 0, None, None
+    for part in url.split(";"):
+        u = urlsplit(part.strip())
+        if u.scheme != "sentinel" or not u.hostname:
+            raise ValueError(f"not a sentinel://host:port URL: {part!r}")
+        sentinels.append((u.hostname, u.port or SENTINEL_PORT))
+        if u.path.strip("/"):
+            db = int(u.path.strip("/"))
+        if u.password is not None:
+            username, password = (unquote(u.username) if u.username else None), unquote(u.password)
+    return SentinelURL(tuple(sentinels), db, username, password)
+
+
+def connect(url: str, *, sentinel_master: str | None = None, **overrides: Any) -> Redis:
+    """A client for ``url`` with the project's socket, connect and health-check settings. A
+    ``sentinel://`` URL gives a client of the master the sentinels name ``sentinel_master``
+    (default: the ``sentinel_master`` setting), as Celery's broker uses it: after a failover it
+    finds the new master on its next connection, so our records follow the broker's Redis."""
     options: dict[str, Any] = {
         "socket_timeout": SOCKET_TIMEOUT,
         "socket_connect_timeout": CONNECT_TIMEOUT,
@@ -37,7 +76,19 @@ def connect(url: str, **overrides: Any) -> Redis:
         "health_check_interval": HEALTH_CHECK_INTERVAL,
     }
     options.update(overrides)
-    return Redis.from_url(url, **options)
+    if not is_sentinel(url):
+        return Redis.from_url(url, **options)
+    if sentinel_master is None:
+        from crawler.config.settings import Settings  # read only for this rarer form
+
+        sentinel_master = Settings.from_env().sentinel_master
+    where = parse_sentinel(url)
+    sentinel_options = {k: v for k, v in options.items() if k.startswith("socket_")}
+    sentinel = Sentinel(list(where.sentinels), sentinel_kwargs=sentinel_options,  # type: ignore[no-untyped-call]
+                        **options)
+    master: Redis = sentinel.master_for(sentinel_master, redis_class=Redis,  # type: ignore[no-untyped-call]
+                                        db=where.db, username=where.username, password=where.password)
+    return master
 
 
 def text(reply: Any) -> str:

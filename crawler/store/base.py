@@ -56,6 +56,13 @@ class PageRecord:
     revisit_interval: float = 0.0  # seconds between visits, adapted to how often it changes
     next_visit: float = 0.0  # when the page is due again
     render: str = ""  # rendered in a browser (``rendered``...), the reason it could not be, or "" (not asked)
+    # [key, spec] of the outlinks that are a spider's requests with more than a URL to them (a
+    # callback, data, a method, a body: ``crawler.spiders.request``), so ``crawler recover``
+    # queues them as they were asked for.
+    requests: list[list[str]] = field(default_factory=list)
+    # The spec of the request this page answers ("" for a plain GET), so a periodic job's revisit
+    # fetches it as it was asked for and hands it to the same callback with the same data.
+    request: str = ""
     # Not a column of ``pages``: the page's row in ``content``, written in the same transaction.
     content: ContentRecord | None = field(default=None, metadata={"column": False})
     # Not a column either: the page's rows in ``items``, what the job's spider yielded for this
@@ -91,8 +98,9 @@ ITEM_TABLE_COLUMNS = ("job_id", "url", "seq", "item", "fetched_at")
 CONTENT_TABLE_COLUMNS = ("job_id", "url", "format", "text", "title", "author", "date", "language", "fetched_at")
 # What a visit that found the page unchanged (304, or the same bytes) keeps from the last one.
 CONTENT_COLUMNS = ("final_url", "status", "content_type", "title", "content_length", "content_sha1", "outlinks",
+                   "requests",
                    "canonical", "noindex", "nofollow", "simhash", "near_duplicate_of", "redirects", "changed_at")
-JSON_COLUMNS = ("outlinks", "redirects")
+JSON_COLUMNS = ("outlinks", "redirects", "requests")
 
 
 
@@ -142,8 +150,9 @@ class PageRows(Protocol):
         """The stored rows of those URLs that have one, as dicts of columns."""
         ...
 
-    def revisits(self, job_id: str) -> Iterator[tuple[str, int, float]]:
-        """(url, depth, next_visit) of every page of the job, for the start of a cycle."""
+    def revisits(self, job_id: str) -> Iterator[tuple[str, int, float, str]]:
+        """(url, depth, next_visit, request spec) of every page of the job, for the start of a
+        cycle."""
         ...
 
     def dead_links(self, job_id: str) -> list[tuple[str, int, list[str]]]:

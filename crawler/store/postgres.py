@@ -79,7 +79,7 @@ class PostgresStore:
             cur.execute("SELECT * FROM pages WHERE job_id = %s AND url = ANY(%s)", (job_id, list(urls)))
             return {row["url"]: row for row in cur.fetchall()}
 
-    def revisits(self, job_id: str) -> Iterator[tuple[str, int, float]]:
+    def revisits(self, job_id: str) -> Iterator[tuple[str, int, float, str]]:
         with self.pool.dedicated() as conn, conn.cursor(name="revisits") as cur:
             cur.itersize = 5000
             cur.execute(SQL.revisits, (job_id,))

@@ -23,7 +23,8 @@ from crawler.store.base import (
 # The pages columns by kind (everything else is text); each dialect names the SQL type.
 _KINDS = {
     "url": "key", "job_id": "key", "fetch_id": "key", "status": "int", "depth": "int", "fetched_at": "float",
-    "content_length": "bigint", "outlinks": "json", "redirects": "json", "noindex": "bool", "nofollow": "bool",
+    "content_length": "bigint", "outlinks": "json", "redirects": "json", "requests": "json",
+    "noindex": "bool", "nofollow": "bool",
     "cycle": "int", "changed_at": "float", "gone_cycle": "int", "revisit_interval": "float", "next_visit": "float",
 }
 
@@ -114,7 +115,8 @@ class Sql:
         self.delete_items = f"DELETE FROM items WHERE job_id = {p} AND url = {p}"
         item_values = ", ".join(d.json_value(p) if c == "item" else p for c in ITEM_TABLE_COLUMNS)
         self.insert_item = f"INSERT INTO items ({', '.join(ITEM_TABLE_COLUMNS)}) VALUES ({item_values})"
-        self.revisits = f"SELECT url, depth, COALESCE(next_visit, 0) FROM pages WHERE job_id = {p}"
+        self.revisits = (f"SELECT url, depth, COALESCE(next_visit, 0), COALESCE(request, '') FROM pages "
+                         f"WHERE job_id = {p}")
         self.dead = (f"SELECT url, status FROM pages WHERE job_id = {p} AND status IN (404, 410) ORDER BY url")
         self.linking = (f"SELECT DISTINCT p.url FROM pages p, {d.outlink_elements} "
                         f"WHERE p.job_id = {p} AND {d.outlink_value} = {p} ORDER BY p.url")

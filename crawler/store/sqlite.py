@@ -120,7 +120,7 @@ class SQLiteStore:
             out.update((row["url"], _decode(row)) for row in cur.execute(SQL.pages_in(len(chunk)), [job_id, *chunk]))
         return out
 
-    def revisits(self, job_id: str) -> Iterator[tuple[str, int, float]]:
+    def revisits(self, job_id: str) -> Iterator[tuple[str, int, float, str]]:
         conn = sqlite3.connect(self.path, timeout=60)
         try:
             yield from conn.execute(SQL.revisits, (job_id,))

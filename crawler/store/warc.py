@@ -10,6 +10,8 @@ write starts a new file, and the row transaction around the write rolls back to 
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import socket
 import uuid
@@ -88,9 +90,10 @@ class WarcFiles:
         )
         parts = urlsplit(target)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        method, sent = _method_and_body(rec)
         request = writer.create_warc_record(
-            target, "request", payload=BytesIO(b""),
-            http_headers=StatusAndHeaders(f"GET {path} {http_version}", request_headers, is_http_request=True),
+            target, "request", payload=BytesIO(sent),
+            http_headers=StatusAndHeaders(f"{method} {path} {http_version}", request_headers, is_http_request=True),
             warc_headers_dict={"WARC-Record-ID": req_id, "WARC-Date": date, "WARC-Concurrent-To": resp_id},
         )
         members = _member(request) + _member(response)
@@ -150,3 +153,16 @@ class WarcFiles:
             except OSError:
                 pass  # nothing is buffered: a failing close loses nothing written
         self._fh = None
+
+
+def _method_and_body(rec: PageRecord) -> tuple[str, bytes]:
+    """The method and body of the request a spider asked for (its spec: ``rec.request``), as the
+    last hop sent them: a redirect turns a POST into a GET (see ``crawler.fetch.client``)."""
+    if not rec.request or '"m":' not in rec.request or rec.redirects:
+        return "GET", b""
+    try:
+        spec = json.loads(rec.request)
+        body = spec["b"].encode() if "b" in spec else base64.b64decode(spec.get("b64", ""))
+        return str(spec.get("m", "GET")), body
+    except (ValueError, TypeError, KeyError):
+        return "GET", b""

@@ -8,8 +8,16 @@ from the npm registry's ``vue`` package, MIT) and the app's own ``/static/routes
 Among its pages, hostile ones (built by the same app): ``/hostile/popup`` opens a window,
 ``/hostile/form`` submits a form by POST, ``/hostile/redirect`` sends the page elsewhere by
 ``location`` (its target is a page to find), ``/hostile/canary`` asks for an address on a network
-no crawl may reach (``canary_ip``, a server that counts what reaches it) and ``/hostile/robots``
-for a path robots.txt disallows; the last two add a link once their request is over.
+no crawl may reach (``canary_ip``, a server that counts what reaches it), ``/hostile/metadata`` for
+the cloud metadata address and a private one (169.254.169.254, 10.0.0.1: out of the job's scope)
+and ``/hostile/robots`` for a path robots.txt disallows; those three add a link once their
+requests are over. ``/hostile/dialog`` raises an alert, a confirm, a prompt and sets a
+beforeunload handler before adding its link; ``/hostile/download`` clicks, by script, a link to an
+attachment (``Content-Disposition: attachment``, never to be asked for by the browser) and one
+to a blob, then adds its link. ``/hostile/loop`` never yields (``while (true) {}``) once loaded;
+``/hostile/storm`` adds its link, then starts a hundred ``setInterval`` timers that change the
+page for ever: the first can only be stored from its HTML, the second as it stood at its
+deadline.
 
 ``reachable`` is what a browser-equipped crawl must find; ``served`` counts what was asked for,
 by (method, path); ``never`` lists what must never be asked for.
@@ -32,12 +40,17 @@ STATIC = Path(__file__).with_name("static")
 TEXT = ("Every word of this paragraph was put here by the application's script after the page loaded, "
         "the way a single-page application fills its empty shell from its bundle and its data. ") * 6
 ROBOTS = b"User-agent: *\nDisallow: /private/\n"
-HOSTILE = ("/hostile/popup", "/hostile/form", "/hostile/redirect", "/hostile/canary", "/hostile/robots")
+HOSTILE = ("/hostile/popup", "/hostile/form", "/hostile/redirect", "/hostile/canary", "/hostile/robots",
+           "/hostile/metadata", "/hostile/dialog", "/hostile/download", "/hostile/loop", "/hostile/storm")
+# Read only until the render's deadline: they never settle.
+ENDLESS = ("/hostile/loop", "/hostile/storm")
 # Found only through what a hostile page does: a link it adds after its request, or where its
 # script sends it.
 HOSTILE_LEAVES = ("/hostile/after-popup", "/hostile/redirect-target", "/hostile/after-canary",
-                  "/hostile/after-robots")
-NEVER = (("GET", "/hostile/popup-target"), ("POST", "/hostile/submit"), ("GET", "/private/data.json"))
+                  "/hostile/after-robots", "/hostile/after-metadata", "/hostile/after-dialog",
+                  "/hostile/after-download", "/hostile/after-storm")
+NEVER = (("GET", "/hostile/popup-target"), ("POST", "/hostile/submit"), ("GET", "/private/data.json"),
+         ("GET", "/hostile/file.bin"))
 
 
 def routes(sections: int) -> dict[str, dict[str, Any]]:
@@ -118,6 +131,8 @@ class AppShellWeb:
             return 200, "application/javascript", f"window.APP_ROUTES = {json.dumps(routes)};".encode()
         if path == "/static/app.css":
             return 200, "text/css", CSS
+        if path == "/hostile/file.bin":
+            return 200, "application/octet-stream", b"\0" * 1024
         if path == "/api/page.json":
             page = self.pages.get(parse_qs(query).get("path", [""])[0])
             if page is None:
@@ -142,6 +157,8 @@ class AppShellWeb:
                         web.served[(method, parts.path)] += 1
                 status, ctype, body = web.body(method, parts.path, parts.query)
                 self.send_response(status)
+                if parts.path == "/hostile/file.bin":
+                    self.send_header("Content-Disposition", 'attachment; filename="file.bin"')
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

@@ -17,6 +17,8 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, urlsplit
 
+from crawler.testweb.server import request_cookie
+
 if TYPE_CHECKING:
     from http.server import BaseHTTPRequestHandler
 
@@ -110,7 +112,7 @@ class LoginSite:
 
     def _protected(self, h: BaseHTTPRequestHandler, path: str, body: bytes) -> None:
         with self._lock:
-            valid = _cookie(h, SESSION_COOKIE) in self._sessions
+            valid = request_cookie(h, SESSION_COOKIE) in self._sessions
             if valid:
                 self.protected_served += 1
         if not valid:
@@ -130,15 +132,6 @@ class LoginSite:
         return _page(r["title"], f'<div class=record data-id="{r["id"]}"><h1>{escape(r["title"])}</h1>'
                                  f'<dl><dt>Owner</dt><dd class=owner>{r["owner"]}</dd>'
                                  f'<dt>Amount</dt><dd class=amount>{r["amount"]:.2f}</dd></dl></div>{nxt}')
-
-
-def _cookie(h: BaseHTTPRequestHandler, name: str) -> str:
-    for header in h.headers.get_all("Cookie") or []:
-        for part in header.split(";"):
-            k, _, v = part.strip().partition("=")
-            if k == name:
-                return v
-    return ""
 
 
 def _send(h: BaseHTTPRequestHandler, status: int, body: bytes, headers: list[tuple[str, str]] | None = None) -> None:

@@ -49,6 +49,16 @@ class QuietHandler(BaseHTTPRequestHandler):
         pass
 
 
+def request_cookie(h: BaseHTTPRequestHandler, name: str) -> str:
+    """The value of cookie ``name`` in the request's ``Cookie`` headers, or ""."""
+    for header in h.headers.get_all("Cookie") or []:
+        for part in header.split(";"):
+            k, _, v = part.strip().partition("=")
+            if k == name:
+                return v
+    return ""
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True

@@ -261,6 +261,23 @@ def test_readme_demo_command_crawls_the_builtin_web(tmp_path: Path) -> None:
     assert len(rows(tmp_path / "demo" / "crawl.db")) == reachable > 0
 
 
+def test_quotes_demo_runs_our_example_and_a_scrapy_one_to_the_sites_own_items(tmp_path: Path) -> None:
+    """``crawler demo --quotes``, as docs/scrapy.md says to try a spider: our callback example by
+    default, and the Scrapy login example (a form with a CSRF token) with ``--path /login``."""
+    from crawler.testweb.quotes import QuotesSite
+
+    site = QuotesSite()
+    res = cli("demo", "--quotes", "--out", str(tmp_path / "q"), "-q", env=no_private_redis_env())
+    assert res.returncode == 0, res.stderr[-2000:]
+    items = [json.loads(line) for line in (tmp_path / "q" / "items.jsonl").read_text().splitlines()]
+    assert sorted(i["text"] for i in items) == sorted(q["text"] for q in site.quotes())
+    res = cli("demo", "--quotes", "--path", "/login", "--spider", "examples/scrapy_quotes_login.py:QuotesLoginSpider",
+              "--out", str(tmp_path / "s"), "-q", env=no_private_redis_env())
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = [json.loads(line) for line in (tmp_path / "s" / "items.jsonl").read_text().splitlines()]
+    assert sorted(g["text"] for g in got) == sorted(f["text"] for f in site.favourites()) != []
+
+
 def test_bloom_and_exact_dedup_store_the_same_set(make_web: Callable[..., TestWeb], workers: Workers,
                                                   r: redis.Redis, tmp_path: Path) -> None:
     web = make_web(4, 60)

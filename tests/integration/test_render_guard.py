@@ -7,6 +7,7 @@ by fetches and renders alike."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ import redis
 from crawler import jobs
 from crawler.config.settings import Settings
 from crawler.fetch.client import runtime
-from crawler.render.browser import Browser, Rendered
+from crawler.render.browser import CLOSE_WAIT, PARTIAL_READ, Browser, Rendered
 from crawler.render.guard import Guard, HostTurns, Rules
 from crawler.stages.politeness import Politeness
 from crawler.testweb.appshell import SHELL, AppShellWeb
@@ -94,6 +95,39 @@ def test_a_page_that_opens_a_popup_submits_a_form_or_leaves_is_read_as_it_stood(
     many = run(at_once())
     assert [r.error for r in many] == ["", "", "", ""], many
     assert not app.served[("POST", "/hostile/submit")] and not app.served[("GET", "/hostile/popup-target")]
+
+
+def test_dialogs_downloads_and_the_metadata_address_neither_hold_nor_fail_a_render(browser: Browser,
+                                                                                  app: AppShellWeb) -> None:
+    got, g = render(browser, app, "/hostile/dialog")
+    # Each dismissed (confirm false, prompt null), or the page would wait on it for ever.
+    assert got.error == "" and g.dialogs == 3 and 'href="/hostile/after-dialog"' in got.html, (got.error, g.counts)
+    got, g = render(browser, app, "/hostile/download")
+    assert got.error == "" and g.downloads == 2 and 'href="/hostile/after-download"' in got.html, (got.error, g.counts)
+    assert g.counts["render_downloads"] == 2 and not g.navigated
+    got, g = render(browser, app, "/hostile/metadata")
+    assert got.error == "" and 'href="/hostile/after-metadata"' in got.html
+    assert g.counts["render_blocked:third_party"] == 2, g.counts
+    assert not app.served[("GET", "/hostile/file.bin")], app.served
+
+
+def test_pages_that_never_yield_or_never_settle_end_at_their_deadline(browser: Browser, app: AppShellWeb) -> None:
+    def timed(path: str) -> tuple[Rendered, float]:
+        g = Guard(app.origin + path, SHELL, "text/html", runtime().fetcher(CONFIG), CONFIG, None, HostTurns(1, 0.0),
+                  Counter())
+        started = time.monotonic()
+        got = run(browser.render(g.url, g, 4.0, 0.5))
+        return got, time.monotonic() - started
+
+    # Past the deadline: at most a moment to read the DOM and one to close the page (a loaded
+    # machine's slack besides), never the page's say.
+    bound = 4.0 + PARTIAL_READ + CLOSE_WAIT + 2.0
+    (loop, loop_s), (storm, storm_s) = timed("/hostile/loop"), timed("/hostile/storm")
+    assert loop.error == "render_timeout" and loop.html == "" and loop_s < bound, (loop, loop_s)
+    assert storm.error == "render_timeout" and 'href="/hostile/after-storm"' in storm.html and storm_s < bound
+    # The browser goes on rendering after them.
+    got, _ = render(browser, app, "/section/1")
+    assert got.error == "" and 'href="/item/1"' in got.html
 
 
 def test_robots_txt_is_asked_for_once_per_origin_by_fetches_and_renders(app: AppShellWeb, r: redis.Redis,

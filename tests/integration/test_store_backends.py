@@ -51,7 +51,7 @@ def test_dead_links_and_revisits(store_url: str) -> None:
         PageRecord(url="http://e.com/gone", job_id="j", fetch_id="f", status=404, depth=1, next_visit=20.0),
     ])
     assert store.dead_links("j") == [("http://e.com/gone", 404, ["http://e.com/"])]
-    assert sorted(store.revisits("j")) == [("http://e.com/", 0, 10.0), ("http://e.com/gone", 1, 20.0)]
+    assert sorted(store.revisits("j")) == [("http://e.com/", 0, 10.0, ""), ("http://e.com/gone", 1, 20.0, "")]
     store.close()
 
 

@@ -17,7 +17,7 @@ from crawler.store.place import StoreNotAllowed
 # The codes as stored in the ``error`` column and counted as ``error:<code>``: never to change.
 STORED = ("dns", "connect", "timeout", "http_5xx", "http_429", "tls", "http_4xx", "too_large", "redirect_loop",
           "too_many_redirects", "bad_url", "decode", "unsupported_encoding", "protocol", "blocked_network",
-          "out_of_scope", "robots", "not_html", "lease_expired", "robots_unavailable", "internal")
+          "out_of_scope", "robots", "not_html", "refused_type", "lease_expired", "robots_unavailable", "internal")
 ABSTRACT = {Reason.ERROR, Reason.RETRYABLE, Reason.PERMANENT}
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-SPIDER_API = ["Follow", "Headers", "LoginFailed", "Page", "Session", "Spider"]
+SPIDER_API = ["DropItem", "Follow", "Headers", "LoginFailed", "Page", "Request", "Session", "Spider", "form_request"]
 TASKS = ["crawler.cycle_tick", "crawler.dedup", "crawler.fetch", "crawler.parse", "crawler.refill", "crawler.render",
          "crawler.store"]
 

@@ -96,8 +96,13 @@ local function next_attempt(e)
   return d .. ' ' .. (tonumber(a) + 1) .. ' ' .. rest, tonumber(a) + 1
 end
 -- cnt.queued counts the entries in host queues (the three places that push or pop them keep it).
+-- An entry with "\29" before its spec is a request of priority > 0: it goes to the queue's head.
 local function requeue(host, shard, e, now)
-  redis.call('RPUSH', P .. 'q:' .. host, e)
+  if string.find(e, '\29', 1, true) then
+    redis.call('LPUSH', P .. 'q:' .. host, e)
+  else
+    redis.call('RPUSH', P .. 'q:' .. host, e)
+  end
   redis.call('HINCRBY', KCNT, 'queued', 1)
   schedule(host, shard, now, true)
 end

@@ -67,6 +67,33 @@
       fetch(site.canary + "/steal").catch(function () {}).finally(function () { addLink("/hostile/after-canary"); });
     } else if (path === "/hostile/robots") {
       fetch("/private/data.json").catch(function () {}).finally(function () { addLink("/hostile/after-robots"); });
+    } else if (path === "/hostile/metadata") {
+      Promise.allSettled([fetch("http://169.254.169.254/latest/meta-data/"), fetch("http://10.0.0.1/")])
+        .then(function () { addLink("/hostile/after-metadata"); });
+    } else if (path === "/hostile/dialog") {
+      window.addEventListener("beforeunload", function (e) { e.preventDefault(); e.returnValue = "stay"; });
+      alert("hello");
+      var sure = confirm("sure?"), name = prompt("name?", "x");
+      addLink("/hostile/after-dialog" + (sure || name ? "?answered" : ""));
+    } else if (path === "/hostile/download") {
+      var a = document.createElement("a");
+      a.href = "/hostile/file.bin";
+      a.download = "file.bin";
+      a.click();
+      var b = document.createElement("a");
+      b.href = URL.createObjectURL(new Blob(["data"], {type: "application/octet-stream"}));
+      b.download = "blob.bin";
+      b.click();
+      addLink("/hostile/after-download");
+    } else if (path === "/hostile/loop") {
+      setTimeout(function () { for (;;) {} }, 0);
+    } else if (path === "/hostile/storm") {
+      addLink("/hostile/after-storm");
+      var tick = document.createElement("p");
+      document.body.appendChild(tick);
+      for (var n = 0; n < 100; n++) {
+        setInterval(function () { tick.textContent = String(performance.now()); }, 0);
+      }
     }
   }
 })();

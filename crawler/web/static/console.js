@@ -57,6 +57,22 @@ function banner(message) {
   b.hidden = !message;
 }
 
+// A host's render decision (render=auto) and what it rests on: the pages whose render completed
+// and were compared with their HTML, the links and text the browser added over them, and the
+// renders that timed out or failed (counted, never learnt from).
+function renderCell(decision, e) {
+  const cell = el("span");
+  const seen = e && Object.values(e).some(v => v);
+  if (!decision && !seen) return cell;
+  cell.appendChild(el("b", decision || "sampling", "render-decision"));
+  if (seen) {
+    const n = v => (v > 0 ? "+" : "") + Number(v).toLocaleString("en");
+    cell.appendChild(el("div", `${e.compared} compared, ${n(e.links_gained)} links, ${n(e.text_gained)} chars; ` +
+                               `${e.timeouts} timed out, ${e.failures} failed`, "render-evidence muted"));
+  }
+  return cell;
+}
+
 function fillNodes(tbody, nodes) {
   fill(tbody, nodes.map(n => row([n.node, (n.shards || []).join(",") || "-", n.age + " s ago", n.fetched,
                                   Number(n.pages_per_s).toFixed(1), n.state], [2, 3, 4])));
@@ -201,7 +217,7 @@ async function jobPage(view, jobId) {
     fill(q("#hosts tbody"), page.hosts.map(h => {
       const o = h.override ? Object.entries(h.override).map(([k, v]) => `${k} ${v}`).join(", ") : "";
       const tr = row([h.host, h.queued, h.queued_in_store, h.inflight, Number(h.delay).toFixed(2), h.fetched, h.errors,
-                      h.render || "", o],
+                      renderCell(h.render, h.render_evidence), o],
                      [1, 2, 3, 4, 5, 6]);
       tr.firstChild.className = "host";
       tr.addEventListener("click", () => { q("#override-form").elements.host.value = h.host; });

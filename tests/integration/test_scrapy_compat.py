@@ -1,0 +1,172 @@
+"""Scrapy spiders run unchanged: the tutorial-style spiders of ``examples/scrapy_*.py`` are run by
+Scrapy itself and by the crawler (two Celery workers, two shards), and give the same items as
+sets; the same spiders written with the crawler's own API (``examples/quotes*_spider.py``) give
+them too. What the crawler cannot honour fails the submission with one line naming it, and the
+crawler imports no Scrapy module unless a Scrapy spider is used."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from crawler import jobs
+from crawler.config.settings import Settings
+from crawler.store import open_store
+from crawler.testweb import TestWeb
+from tests.conftest import ROOT, Workers, wait_done
+from tests.integration.test_crawl import cli
+from tests.integration.test_quotes_site import EXAMPLES, SCRAPY_SPIDERS, as_set, expected, quotes_web, run_scrapy
+
+# The crawler's own spiders for the same site: (file, class, the model's name for its items,
+# extra settings: a spider with start_requests and no seeds is scoped by its domains).
+OWN_SPIDERS = [("quotes_spider.py", "QuotesSpider", "quotes", False),
+               ("quotes_spider.py", "AuthorSpider", "author", False),
+               ("quotes_api_spider.py", "QuotesApiSpider", "quotes-api", True),
+               ("quotes_login_spider.py", "QuotesLoginSpider", "quotes-login", False)]
+
+
+def _items(store: str, job: str) -> list[dict[str, Any]]:
+    s = open_store(store)
+    try:
+        return [row["item"] for row in s.items() if row.get("job_id", job) == job]
+    finally:
+        s.close()
+
+
+def _two_workers(workers: Workers) -> None:
+    for n in (0, 1):
+        workers.start(f"w{n}", f"shard-{n},shared", env={"CRAWLER_SHARDS": "2"})
+
+
+def _submit(r: redis.Redis, redis_url: str, store: str, spider: str, seeds: list[str], **kw: Any) -> str:
+    settings = Settings.from_env(redis_url=redis_url, shards=2, store=store, allow_networks=["127.0.0.0/8"],
+                                 spider=spider, **kw)
+    return jobs.submit(r, settings, seeds)
+
+
+def test_scrapy_spiders_run_unchanged_and_give_scrapys_own_items(make_web: Callable[..., TestWeb], tmp_path: Path,
+                                                                  workers: Workers, r: redis.Redis,
+                                                                  redis_url: str) -> None:
+    pytest.importorskip("scrapy")
+    _, site, origin = quotes_web(make_web)
+    _two_workers(workers)
+    submitted = {}
+    for file, cls, _ in SCRAPY_SPIDERS:
+        store = f"sqlite:///{tmp_path / f'{cls}.db'}"
+        # No seeds: the Scrapy spider's start() (or start_urls) runs on a worker, as in Scrapy.
+        submitted[cls] = (store, _submit(r, redis_url, store, f"{EXAMPLES / file}:{cls}", [],
+                                         spider_args=[f"base={origin}"]))
+    by_scrapy = {cls: run_scrapy(EXAMPLES / file, cls, tmp_path, base=origin) for file, cls, _ in SCRAPY_SPIDERS}
+    for _, cls, name in SCRAPY_SPIDERS:
+        store, job = submitted[cls]
+        st = wait_done(r, job, timeout=180)
+        assert st["status"] == jobs.DONE, (cls, st.get("error"), st.get("counters"))
+        ours = _items(store, job)
+        assert len(ours) == len(as_set(ours)), cls  # no item twice
+        assert as_set(ours) == as_set(by_scrapy[cls]), cls
+        assert as_set(ours) == as_set(expected(site, name)), cls
+        counters = {k: int(v) for k, v in st["counters"].items()}
+        assert not counters.get("spider_error"), (cls, counters)
+    # The session the login spider opened is the one that saw the favourites page.
+    assert site.logins == 2 and site.refused_logins == 0  # Scrapy's login and ours
+    # custom_settings reached the job: CONCURRENT_REQUESTS_PER_DOMAIN -> per_host.
+    author_job = submitted["AuthorSpider"][1]
+    assert json.loads(jobs.status(r, author_job)["settings"])["per_host"] == 4
+
+
+def test_the_same_spiders_in_the_crawlers_own_api_give_the_same_items(make_web: Callable[..., TestWeb],
+                                                                      tmp_path: Path, workers: Workers,
+                                                                      r: redis.Redis, redis_url: str) -> None:
+    web, site, origin = quotes_web(make_web)
+    _two_workers(workers)
+    submitted = {}
+    for file, cls, name, starts in OWN_SPIDERS:
+        store = f"sqlite:///{tmp_path / f'own-{cls}.db'}"
+        seeds = [] if starts else [origin + ("/login" if name == "quotes-login" else "/")]
+        submitted[cls] = (store, name, _submit(r, redis_url, store, f"{EXAMPLES / file}:{cls}", seeds,
+                                               spider_args=[f"base={origin}"], allow_domains=[web.ips[0]],
+                                               cookies=True))
+    for cls, (store, name, job) in submitted.items():
+        st = wait_done(r, job, timeout=180)
+        assert st["status"] == jobs.DONE, (cls, st.get("error"), st.get("counters"))
+        ours = _items(store, job)
+        assert len(ours) == len(as_set(ours)), cls
+        assert as_set(ours) == as_set(expected(site, name)), cls
+
+
+def test_what_the_crawler_cannot_honour_fails_the_submission_in_one_line(tmp_path: Path, redis_url: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRAWLER_SPIDER_PATHS", os.pathsep.join([os.environ["CRAWLER_SPIDER_PATHS"], str(tmp_path)]))
+    cases = {
+        'custom_settings = {"DOWNLOADER_MIDDLEWARES": {"myproject.middlewares.Proxy": 543}}':
+            "setting DOWNLOADER_MIDDLEWARES is not supported: downloader middlewares do not run here",
+        'custom_settings = {"SPIDER_MIDDLEWARES": {"myproject.middlewares.Depth": 50}}':
+            "setting SPIDER_MIDDLEWARES is not supported",
+        'custom_settings = {"HTTPCACHE_ENABLED": True}': "setting HTTPCACHE_ENABLED has no counterpart",
+        "@classmethod\ndef from_crawler(cls, crawler, *a, **kw):\n"
+        "    spider = super().from_crawler(crawler, *a, **kw)\n"
+        "    crawler.signals.connect(spider.idle, signal='spider_idle')\n    return spider":
+            "from_crawler (the crawler, its signals and stats do not exist here) is not supported",
+    }
+    for i, (body, message) in enumerate(cases.items()):
+        file = tmp_path / f"bad_{i}.py"
+        file.write_text(f"import scrapy\n\n\nclass Bad(scrapy.Spider):\n    name = 'bad'\n"
+                        f"{textwrap.indent(body, '    ')}\n")
+        res = cli("submit", "http://127.0.1.1/", "--spider", f"{file}:Bad", "--redis-url", redis_url,
+                  "--store", f"sqlite:///{tmp_path / 'x.db'}")
+        assert res.returncode != 0, res.stdout
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], res.stderr
+
+
+def test_the_crawler_runs_without_scrapy_installed(make_web: Callable[..., TestWeb], tmp_path: Path) -> None:
+    # Scrapy made unimportable, as on a machine without the extra: a crawl with a spider of ours
+    # runs, and a Scrapy spider is refused in one line saying what to install.
+    blocker = tmp_path / "sitecustomize.py"
+    blocker.write_text(textwrap.dedent("""
+        import sys
+        class _NoScrapy:
+            def find_spec(self, name, path=None, target=None):
+                if name == "scrapy" or name.startswith("scrapy."):
+                    raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+                return None
+        sys.meta_path.insert(0, _NoScrapy())
+    """))
+    _, site, origin = quotes_web(make_web)
+    env = {k: v for k, v in os.environ.items() if k != "CRAWLER_REDIS_URL"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT)])
+    res = cli("crawl", origin + "/", "--spider", f"{EXAMPLES / 'quotes_spider.py'}:AuthorSpider", "--out",
+              str(tmp_path / "out"), "--workers", "1", env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"items: {len(site.author_records())}" in res.stdout
+    res = cli("crawl", origin + "/", "--spider", f"{EXAMPLES / 'scrapy_quotes.py'}:AuthorSpider", "--out",
+              str(tmp_path / "out2"), env=env)
+    assert res.returncode != 0
+    assert "No module named 'scrapy' (a Scrapy spider needs the extra: pip install 'crawler[scrapy]')" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_the_crawler_imports_no_scrapy_module_unless_a_scrapy_spider_is_used() -> None:
+    probe = textwrap.dedent(f"""
+        import sys
+        import crawler, crawler.cli, crawler.celeryapp.tasks, crawler.embedded
+        from crawler.spiders import loader
+        found = loader.find("{EXAMPLES / 'catalogue_spider.py'}:CatalogueSpider", ["{EXAMPLES}"])
+        loader.instantiate(loader.load_class(found), [])
+        print(sorted(m for m in sys.modules if m == "scrapy" or m.startswith("scrapy.")))
+        found = loader.find("{EXAMPLES / 'scrapy_quotes.py'}:QuotesSpider", ["{EXAMPLES}"])
+        print(type(loader.instantiate(loader.load_class(found), [])).__qualname__, "scrapy" in sys.modules)
+    """)
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                         check=False)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.splitlines() == ["[]", "Scrapy[QuotesSpider] True"]

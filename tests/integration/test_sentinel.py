@@ -1,0 +1,200 @@
+"""A crawl whose Redis (broker and state alike) is a master under Sentinel: the master is killed
+with SIGKILL mid-crawl, the sentinels promote its replica, and the crawl finishes by itself with
+every page stored once. Real processes throughout: a master, a replica and three sentinels on
+loopback ports of their own, real Celery workers, a loopback web."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import redis
+
+from crawler import jobs
+from crawler.config.settings import Settings
+from crawler.local.redis_server import find_redis_server, free_port
+from crawler.state import keys
+from crawler.state.conn import connect
+from crawler.store import open_store
+from crawler.testweb import TestWeb
+from tests.conftest import Workers, wait_done
+
+pytestmark = pytest.mark.chaos
+
+MASTER = "crawlmaster"
+# Short leases and visibility so work lost with the master comes back within seconds.
+FAST_RECOVERY = {"CRAWLER_LEASE_TIMEOUT": "4", "CRAWLER_VISIBILITY_TIMEOUT": "12", "CRAWLER_TASK_TIME_LIMIT": "10",
+                 "CRAWLER_SENTINEL_MASTER": MASTER}
+
+
+@dataclass
+class SentinelGroup:
+    """One master, one replica and three sentinels watching them, each in a directory of its own."""
+
+    root: Path
+    binary: str = field(default_factory=lambda: find_redis_server().path)
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
+
+    def _run(self, name: str, args: list[str]) -> None:
+        d = self.root / name
+        d.mkdir(parents=True, exist_ok=True)
+        self.procs[name] = subprocess.Popen([self.binary, *args], cwd=d, stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def _server(self, name: str, *extra: str) -> None:
+        port = self.ports[name] = free_port()
+        d = self.root / name
+        self._run(name, ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                         "--dir", str(d), "--logfile", str(d / "redis.log"), *extra])
+        _wait_answer(port)
+
+    def start(self) -> SentinelGroup:
+        self._server("master")
+        self._server("replica", "--replicaof", "127.0.0.1", str(self.ports["master"]))
+        for i in range(3):
+            name = f"sentinel{i}"
+            port = self.ports[name] = free_port()
+            d = self.root / name
+            d.mkdir(parents=True, exist_ok=True)
+            conf = d / "sentinel.conf"  # a sentinel rewrites its own file: one each
+            conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {d}\nlogfile {d / 'sentinel.log'}\n"
+                            f"sentinel monitor {MASTER} 127.0.0.1 {self.ports['master']} 2\n"
+                            f"sentinel down-after-milliseconds {MASTER} 1000\n"
+                            f"sentinel failover-timeout {MASTER} 4000\n"
+                            f"sentinel parallel-syncs {MASTER} 1\n")
+            self._run(name, [str(conf), "--sentinel"])
+            _wait_answer(port)
+        self.wait_synced()
+        return self
+
+    @property
+    def url(self) -> str:
+        return ";".join(f"sentinel://127.0.0.1:{self.ports[f'sentinel{i}']}" for i in range(3)) + "/0"
+
+    def master_port(self) -> int:
+        s = redis.Redis(port=self.ports["sentinel0"], socket_timeout=2)
+        try:
+            return int(s.sentinel_get_master_addr_by_name(MASTER)[1])
+        finally:
+            s.close()
+
+    def wait_synced(self, timeout: float = 20.0) -> None:
+        """Until the replica follows the master and every sentinel knows both and each other."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                rep = redis.Redis(port=self.ports["replica"], socket_timeout=2).info("replication")
+                known = [redis.Redis(port=self.ports[f"sentinel{i}"], socket_timeout=2).sentinel_master(MASTER)
+                         for i in range(3)]
+                if rep.get("master_link_status") == "up" and all(
+                        int(m["num-slaves"]) >= 1 and int(m["num-other-sentinels"]) >= 2 for m in known):
+                    return
+            except redis.RedisError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError("the sentinel group did not settle")
+
+    def kill_master(self) -> None:
+        p = self.procs["master"]
+        p.send_signal(signal.SIGKILL)  # no shutdown, no last word to the replica
+        p.wait()
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+
+def _wait_answer(port: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if redis.Redis(port=port, socket_connect_timeout=0.5, socket_timeout=1).ping():
+                return
+        except redis.RedisError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing answers on port {port}")
+
+
+@pytest.fixture
+def sentinels(tmp_path: Path) -> Iterator[SentinelGroup]:
+    group = SentinelGroup(tmp_path / "redis")
+    try:
+        yield group.start()
+    finally:
+        group.stop()
+
+
+def test_a_client_of_the_sentinel_url_follows_the_master_through_a_failover(sentinels: SentinelGroup) -> None:
+    client = connect(sentinels.url, sentinel_master=MASTER)
+    client.set("k", "before")
+    assert int(client.info("server")["tcp_port"]) == sentinels.ports["master"]
+    redis.Redis(port=sentinels.ports["master"]).wait(1, 2000)  # the replica has it
+    sentinels.kill_master()
+    deadline = time.monotonic() + 30
+    while sentinels.master_port() != sentinels.ports["replica"]:
+        assert time.monotonic() < deadline, "no failover"
+        time.sleep(0.2)
+    while True:  # the first calls after the failover may still find the old address dead
+        try:
+            assert client.get("k") == b"before"
+            client.set("k", "after")
+            break
+        except redis.ConnectionError:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    assert int(client.info("server")["tcp_port"]) == sentinels.ports["replica"]
+
+
+def test_a_crawl_survives_the_loss_of_its_master(sentinels: SentinelGroup, make_web, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    web: TestWeb = make_web(3, 200)
+    want = web.reachable_urls()
+    monkeypatch.setenv("CRAWLER_REDIS_URL", sentinels.url)
+    monkeypatch.setenv("CRAWLER_SENTINEL_MASTER", MASTER)
+    w = Workers(sentinels.url, tmp_path)
+    client = connect(sentinels.url, sentinel_master=MASTER)
+    store_url = f"sqlite:///{tmp_path / 'crawl.db'}"
+    try:
+        for n in ("w0", "w1"):
+            w.start(n, "shard-0,shard-1", env=FAST_RECOVERY)
+        job_id = jobs.submit(client, Settings.from_env(shards=2, per_host=4, concurrency=32, store=store_url),
+                             web.seeds())
+        deadline = time.monotonic() + 60
+        while int(client.hget(keys.counters(job_id), "stored") or 0) < len(want) // 3:
+            assert time.monotonic() < deadline, "the crawl did not get going"
+            time.sleep(0.05)
+        sentinels.kill_master()
+        down = time.monotonic()
+        st = _wait_done_across_failover(client, job_id, timeout=120)
+        print(f"\nmaster kill -9: promoted {sentinels.master_port() == sentinels.ports['replica']}, "
+              f"finished {time.monotonic() - down:.1f}s after the master went down; counters {st['counters']}")
+        assert sentinels.master_port() == sentinels.ports["replica"]
+        rows = [p["url"] for p in open_store(store_url).pages(job_id)]
+        assert len(rows) == len(set(rows)), "duplicate rows"
+        assert set(rows) == want
+        dead = {n: p.returncode for n, p in w.procs.items() if p.poll() is not None}
+        assert not dead, f"workers exited: {dead}"
+    finally:
+        w.stop()
+
+
+def _wait_done_across_failover(client: redis.Redis, job_id: str, timeout: float) -> dict[str, object]:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return wait_done(client, job_id, timeout=max(1.0, deadline - time.monotonic()))
+        except redis.ConnectionError:  # the old master, until the client asks the sentinels again
+            assert time.monotonic() < deadline, "Redis never came back"
+            time.sleep(0.2)
