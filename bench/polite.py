@@ -42,8 +42,8 @@ from typing import Any
 from bench import peers
 from bench.peers import Outcome, Usage, our_settings, run_ours, run_scrapy
 from bench.server import make_server
-from bench.web import WORDS, WebSpec, file_of, identity, page_path, reachable
-from bench.web import render as web_render
+from bench.web import WORDS, WebSpec, identity, reachable
+from bench.web import write as web_write
 
 RESULTS = Path(__file__).parent / "results"
 ROBOTS = b"User-agent: *\nDisallow: /private/\n"
@@ -75,24 +75,8 @@ def _pool(seed: int) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(40, 90))) for _ in range(PARAGRAPHS)]
 
 
-def render(spec: PoliteSpec, pool: list[str], host: int, i: int) -> bytes:
-    """A page as bench/web.py renders one, its paragraphs drawn from the pool (fast to build)."""
-    return web_render(spec, host, i, pool)
-
-
 def write(spec: PoliteSpec, root: Path) -> dict[str, int]:
-    pool = _pool(spec.seed)
-    total = 0
-    for h in range(spec.hosts):
-        base = root / spec.ip(h)
-        for i in range(spec.pages):
-            f = base / file_of(page_path(i))
-            f.parent.mkdir(parents=True, exist_ok=True)
-            body = render(spec, pool, h, i)
-            f.write_bytes(body)
-            total += len(body)
-        (base / "robots.txt").write_bytes(ROBOTS)
-    return {"hosts": spec.hosts, "pages": spec.hosts * spec.pages, "bytes": total}
+    return web_write(spec, root, _pool(spec.seed), ROBOTS)
 
 
 def _scope(spec: PoliteSpec, settings_of: Callable[..., Any]) -> Callable[..., Any]:

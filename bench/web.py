@@ -175,17 +175,20 @@ def reachable(spec: WebSpec) -> set[tuple[str, str]]:
     return seen
 
 
-def write(spec: WebSpec, root: Path) -> dict[str, int]:
-    """Write every page under ``root/<ip>/``; return counts for the report."""
+def write(spec: WebSpec, root: Path, pool: Sequence[str] = (), robots: bytes = b"") -> dict[str, int]:
+    """Write every page under ``root/<ip>/`` (text from ``pool`` if given, see ``render``; a
+    robots.txt per host if given); return counts for the report."""
     total = 0
     for h in range(spec.hosts):
         base = root / spec.ip(h)
         for i in range(spec.pages):
             f = base / file_of(page_path(i))
             f.parent.mkdir(parents=True, exist_ok=True)
-            body = render(spec, h, i)
+            body = render(spec, h, i, pool)
             f.write_bytes(body)
             total += len(body)
+        if robots:
+            (base / "robots.txt").write_bytes(robots)
     info = {"hosts": spec.hosts, "pages": spec.hosts * spec.pages, "bytes": total}
     (root / "web.json").write_text(json.dumps(info))
     return info
