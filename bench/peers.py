@@ -94,6 +94,7 @@ class Outcome:
     crawler: Usage
     redis_cpu: float = 0.0
     stored: int | None = None  # rows our store holds, as a cross-check of the server's count
+    fetch_tasks: int | None = None  # ours: fetch tasks run (pages per task is what per-task costs divide by)
 
 
 def our_settings(redis_url: str, spec: WebSpec, workers: int, features_off: bool = False, **extra: Any) -> Settings:
@@ -126,8 +127,8 @@ def run_ours(spec: WebSpec, workers: int, work: Path, features_off: bool = False
 
         outcome = crawl(settings_of(server.url, spec, workers, features_off), spec.seeds(), str(work), progress,
                         poll=0.1)
-    stored = outcome.status["counters"].get("stored")
-    return Outcome(usage, redis_cpu[0], stored)
+    counters = outcome.status["counters"]
+    return Outcome(usage, redis_cpu[0], counters.get("stored"), counters.get("fetch_tasks"))
 
 
 def run_distributed(spec: WebSpec, shards: int, work: Path) -> Outcome:
@@ -153,7 +154,7 @@ def run_distributed(spec: WebSpec, shards: int, work: Path) -> Outcome:
             redis_cpu = _redis_cpu(server.url) - cpu0
         finally:
             workers.stop()
-    return Outcome(usage, redis_cpu, st["counters"].get("stored"))
+    return Outcome(usage, redis_cpu, st["counters"].get("stored"), st["counters"].get("fetch_tasks"))
 
 
 def run_scrapy(spec: WebSpec, processes: int, work: Path, extra: tuple[str, ...] = ()) -> Outcome:
@@ -233,6 +234,7 @@ def measure(system: str, spec: WebSpec, root: Path, kind: str, want: set[tuple[s
         "peak_rss_mb_each": sorted(v / 2**20 for v in outcome.crawler.peak_rss.values()),
         "completeness": len(ok & want) / len(want), "duplicate_fetches": n - len(per_page),
         "not_found": sum(1 for r in hits if r.status == 404), "stored_rows": outcome.stored,
+        "pages_per_fetch_task": n / outcome.fetch_tasks if outcome.fetch_tasks else None,
         "missing_sample": sorted(f"http://{h}{p}" for h, p in want - ok)[:5],
     }
 
@@ -279,6 +281,7 @@ def targets(med: dict[str, dict[str, Any]], fl: dict[str, Any]) -> list[tuple[st
                     ours["peak_rss_mb"] <= sc["peak_rss_mb"]))
     if "ours-2-off" in med:
         off = med["ours-2-off"]
+        # The ratio of the medians; the median of the runs' own ratios is printed beside it (pairs).
         out.append(("CPU/page ours-2 (defaults) / ours-2-off", ours["cpu_ms_per_page"] / off["cpu_ms_per_page"],
                     "<= 1.3", ours["cpu_ms_per_page"] <= 1.3 * off["cpu_ms_per_page"]))
     if "scrapy-redis-2" in med:
@@ -295,6 +298,14 @@ def targets(med: dict[str, dict[str, Any]], fl: dict[str, Any]) -> list[tuple[st
         out.append(("CPU/page ours-2 / floor", ours["cpu_ms_per_page"] / floor_ms, "<= 1.5",
                     ours["cpu_ms_per_page"] <= 1.5 * floor_ms))
     return out
+
+
+def paired(runs: dict[str, list[dict[str, Any]]], a: str, b: str) -> list[float]:
+    """CPU per page of ``a`` over ``b``, run by run: runs alternate, so each pair met the same
+    minute of this shared machine, which the ratio of the medians does not promise."""
+    if a not in runs or b not in runs:
+        return []
+    return [x["cpu_ms_per_page"] / y["cpu_ms_per_page"] for x, y in zip(runs[a], runs[b], strict=False)]
 
 
 def table(med: dict[str, dict[str, Any]], fl: dict[str, Any]) -> str:
@@ -385,8 +396,9 @@ def main() -> None:
             for s in order:
                 r = measure(s, spec, root, kind, want)
                 runs[s].append(r)
+                per_task = f"  {r['pages_per_fetch_task']:.1f} pages/fetch task" if r["pages_per_fetch_task"] else ""
                 print(f"  run {i + 1} {s:<15} {r['pages_per_s']:6.0f} pages/s  {r['cpu_ms_per_page']:6.2f} CPU ms/page"
-                      f"  complete {r['completeness']:.1%}  dups {r['duplicate_fetches']}", flush=True)
+                      f"  complete {r['completeness']:.1%}  dups {r['duplicate_fetches']}{per_task}", flush=True)
         fl = {} if args.no_floor else floor(spec, root, kind)
     med = {s: medians(rs) for s, rs in runs.items()}
     print(f"\nmedian of {args.runs} (CPU per response: crawler processes + Redis; the server apart)")
@@ -395,6 +407,12 @@ def main() -> None:
     for k, v in rat.items():
         print(f"  {k:<32} pages/s x{v['pages_per_s']:.2f}   CPU/page x{v['cpu_ms_per_page']:.2f}   "
               f"peak RSS x{v['peak_rss_mb']:.2f}")
+    pairs = paired(runs, "ours-2", "ours-2-off")
+    if pairs:
+        print(f"  CPU/page ours-2 / ours-2-off, run by run: {', '.join(f'{x:.2f}' for x in pairs)} "
+              f"(median {statistics.median(pairs):.2f}); pages per fetch task "
+              + ", ".join(f"{s} {statistics.median(r['pages_per_fetch_task'] for r in runs[s]):.1f}"
+                          for s in ("ours-2", "ours-2-off")))
     checks = targets(med, fl)
     for what, value, want_s, met in checks:
         print(f"  target {what:<38} {value:8.2f} (want {want_s}) {'met' if met else 'MISSED'}")
@@ -403,7 +421,8 @@ def main() -> None:
     out = RESULTS / f"peers-{stamp}.json"
     out.write_text(json.dumps({
         "web": {**info, "reachable": len(want), "server": kind}, "runs": runs, "median": med, "floor": fl,
-        "ratios": rat, "targets": [dict(zip(("what", "value", "want", "met"), t, strict=True)) for t in checks],
+        "ratios": rat, "defaults_over_off_by_run": pairs,
+        "targets": [dict(zip(("what", "value", "want", "met"), t, strict=True)) for t in checks],
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
         "settings": asdict(our_settings("", spec, 2)), "settings_off": asdict(our_settings("", spec, 2, True)),
     }, indent=2))

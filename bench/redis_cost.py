@@ -12,18 +12,24 @@ crawl's pages/s whatever the number of workers, so these are the figures that de
 Memory per unit (``MEMORY USAGE`` of every key of the job, grouped by structure and divided by
 what it holds: URLs queued, leases, pages indexed, hosts) is read twice, mid-crawl (when queues
 and leases are full) and at the end; ``docs/capacity.md`` is built from these figures.
+``--monitor`` adds a run with Redis ``MONITOR`` on that says where the commands go: each command
+a script runs is put down to that script, each other command to its name and the kind of key it
+names (MONITOR slows Redis, so that run's CPU is no measurement).
 Writes ``bench/results/redis_cost-<stamp>.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
+import re
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -37,6 +43,7 @@ from crawler.config.settings import Settings
 from crawler.dedup.bloom import BloomSeen
 from crawler.dedup.neardup import NearDuplicates
 from crawler.embedded import crawl
+from crawler.frontier import lua
 from crawler.local.redis_server import RedisServer
 from crawler.state import keys
 from crawler.state.conn import connect
@@ -135,12 +142,59 @@ def index_profile(n: int = 60_000, budget: int = 30_000) -> dict[str, float]:
     return out
 
 
-def run_once(spec: WebSpec, workers: int, work: Path, profile: bool = False) -> dict[str, Any]:
+def _script_names() -> dict[str, str]:
+    """sha1 -> name of every Lua script of ours (the frontier's and the ``scripts`` folders')."""
+    texts = {name.lower(): text for name, text in vars(lua).items() if name.isupper() and isinstance(text, str)
+             and name not in ("P",) and "redis.call" in text}
+    root = Path(__file__).resolve().parent.parent / "crawler"
+    for path in root.glob("*/scripts/*.lua"):
+        texts.setdefault(path.stem, path.read_text())
+    return {hashlib.sha1(t.encode()).hexdigest(): name for name, t in texts.items()}
+
+
+def _key_kind(key: str) -> str:
+    """A key's structure: ``c:{job}:ready:0`` -> ``ready``, ``c:wake:1`` -> ``c:wake``,
+    ``shard-0`` -> ``shard-*`` (a queue of Celery's)."""
+    m = re.match(r"c:\{[^}]*\}:([a-z]+)", key)
+    if m:
+        return m.group(1)
+    if key.startswith("c:"):
+        return ":".join(key.split(":")[:2])
+    return re.sub(r"[-.][0-9a-f-]+$", "-*", key) if key else ""
+
+
+def breakdown(url: str, stop: threading.Event, into: Counter[str]) -> None:
+    """Count the commands Redis at ``url`` runs until ``stop``, by where they come from: a
+    script's name for it and every command it runs, else the command and its key's kind."""
+    names = _script_names()
+    client = connect(url)
+    script = ""
+    with client.monitor() as m:
+        for cmd in m.listen():
+            if stop.is_set():
+                return
+            parts = str(cmd["command"]).split(" ", 3)
+            name = parts[0].upper()
+            if cmd.get("client_type") == "lua":
+                into[f"{script}: {name}"] += 1
+                continue
+            if name in ("EVALSHA", "EVAL") and len(parts) > 1:
+                script = names.get(parts[1], parts[1][:8]) if name == "EVALSHA" else "eval"
+                into[f"{script}: EVALSHA"] += 1
+            else:
+                into[f"{name} {_key_kind(parts[1]) if len(parts) > 1 else ''}".strip()] += 1
+
+
+def run_once(spec: WebSpec, workers: int, work: Path, profile: bool = False,
+             monitor: Counter[str] | None = None) -> dict[str, Any]:
     """One crawl's cost; ``profile``: with memory read mid-crawl and at the end (whose own
     commands make that run's counts no measurement)."""
     expect = len(reachable(spec))
     with RedisServer() as server:
         calls0, cpu0 = snapshot(server.url)
+        stop = threading.Event()
+        if monitor is not None:
+            threading.Thread(target=breakdown, args=(server.url, stop, monitor), daemon=True).start()
         after: list[tuple[Counter[str], float]] = []
         mem: dict[str, Any] = {}
 
@@ -149,6 +203,7 @@ def run_once(spec: WebSpec, workers: int, work: Path, profile: bool = False) -> 
             if profile and "mid" not in mem and stored >= expect // 3:
                 mem["mid"] = {"stored": stored, "structures": memory(server.url, st["id"])}
             if st["status"] in jobs.FINISHED and not after:
+                stop.set()
                 after.append(snapshot(server.url))
                 if profile:
                     mem["end"] = {"stored": stored, "structures": memory(server.url, st["id"])}
@@ -157,6 +212,7 @@ def run_once(spec: WebSpec, workers: int, work: Path, profile: bool = False) -> 
 
         outcome = crawl(our_settings(server.url, spec, workers), spec.seeds(), str(work), progress)
         calls1, cpu1 = after[0] if after else snapshot(server.url)
+        stop.set()
     # The snapshots' own INFO calls are not the crawl's.
     calls = Counter({k: v - calls0.get(k, 0) for k, v in calls1.items() if v - calls0.get(k, 0) > 0})
     calls["info"] = max(0, calls["info"] - 2)
@@ -171,6 +227,23 @@ def run_once(spec: WebSpec, workers: int, work: Path, profile: bool = False) -> 
             "per_page": {k: v / pages for k, v in calls.most_common()}, "memory": mem}
 
 
+def print_breakdown(where: Counter[str], pages: int) -> None:
+    """Commands per page by script (each with its commands) and by command outside scripts."""
+    scripts: dict[str, Counter[str]] = {}
+    for k, v in where.items():
+        head, sep, cmd = k.partition(": ")
+        if sep:
+            scripts.setdefault(head, Counter())[cmd] += v
+    print(f"MONITOR over a crawl of {pages} pages, commands per page:")
+    rows = [(sum(c.values()), name, c) for name, c in scripts.items()]
+    rows += [(v, k, Counter()) for k, v in where.items() if ": " not in k]
+    for total, name, c in sorted(rows, key=lambda r: -r[0]):
+        if total / pages < 0.05:
+            continue
+        inner = ", ".join(f"{cmd} {n / pages:.1f}" for cmd, n in c.most_common(8))
+        print(f"  {name:<34} {total / pages:6.2f}  {inner}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hosts", type=int, default=4)
@@ -181,6 +254,8 @@ def main() -> None:
     ap.add_argument("--server", default="auto", choices=("auto", "nginx", "asyncio"))
     ap.add_argument("--no-memory", action="store_true", help="skip the extra run that reads memory per structure")
     ap.add_argument("--label", default="", help="a word for the results file name (before, after)")
+    ap.add_argument("--monitor", action="store_true",
+                    help="one more run with Redis MONITOR: commands per page by script and by command")
     args = ap.parse_args()
     probe = WebSpec(hosts=args.hosts, pages=args.pages)
     spec = WebSpec(hosts=args.hosts, pages=args.pages, port=free_port(probe.ips))
@@ -205,6 +280,11 @@ def main() -> None:
                 with tempfile.TemporaryDirectory(prefix="bench-redis-cost-") as work:
                     profile = run_once(spec, args.workers, Path(work), profile=True)["memory"]
                 profile["index"] = index_profile()
+            where: Counter[str] = Counter()
+            monitored = 0
+            if args.monitor:
+                with tempfile.TemporaryDirectory(prefix="bench-redis-cost-") as work:
+                    monitored = run_once(spec, args.workers, Path(work), monitor=where)["pages"]
         finally:
             server.stop()
             server.close()
@@ -227,6 +307,8 @@ def main() -> None:
                    "per_page": dict(sorted(per_cmd.items(), key=lambda kv: -kv[1]))},
         "targets": {"commands_per_page": [TARGET_COMMANDS, med_cmds <= TARGET_COMMANDS],
                     "redis_cpu_ms_per_page": [TARGET_CPU_MS, med_cpu <= TARGET_CPU_MS]},
+        "monitor": {"pages": monitored, "per_page": {k: v / monitored for k, v in where.most_common()}}
+        if monitored else {},
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
         "command": " ".join(["python -m bench.redis_cost", *sys.argv[1:]]),
     }, indent=2))
@@ -239,6 +321,8 @@ def main() -> None:
                       f"{e['bytes_per_unit']:7.1f} B per unit ({e['units']:.0f})")
     for name, v in profile.get("index", {}).items():
         print(f"  {name:<40} {v:7.1f}")
+    if monitored:
+        print_breakdown(where, monitored)
     print(f"written: {out}")
 
 

@@ -167,7 +167,9 @@ def crawl(settings: Settings, seeds: list[str], out_dir: str, progress: Progress
             client = connect(settings.redis_url)
             check_version(client)
             job_id = jobs.submit(client, settings, seeds)
-            env = {**os.environ, "CRAWLER_REDIS_URL": settings.redis_url, "CRAWLER_TASK_EVENTS": "0",
+            # Its Redis is its broker too: these workers consume every shard, so one broker.
+            env = {**os.environ, "CRAWLER_REDIS_URL": settings.redis_url, "CRAWLER_BROKER_URL": "",
+                   "CRAWLER_TASK_EVENTS": "0",
                    PARENT_ENV: str(os.getpid()), PATHS_ENV: os.pathsep.join(settings.spider_paths)}
             # The job carries its store URL without the password (jobs.submit): these workers
             # are ours, so they get it the way any worker would, from their environment.

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from redis import Redis
+from redis.client import Pipeline
 from redis.typing import EncodableT, FieldT
 
 from crawler.config.redact import redact_settings_json, strip_password
@@ -317,10 +318,17 @@ def seen_space(redis: Redis, job_id: str) -> str:
 
 
 def count(redis: Redis | Any, job_id: str, **deltas: int) -> None:
-    """Add to a job's counters (``redis`` may be a pipeline)."""
-    for name, delta in deltas.items():
-        if delta:
-            redis.hincrby(keys.counters(job_id), name, delta)
+    """Add to a job's counters (``redis`` may be a pipeline). Several go to Redis in one round
+    trip (no transaction: each is atomic on its own)."""
+    nonzero = [(name, delta) for name, delta in deltas.items() if delta]
+    if len(nonzero) > 1 and not isinstance(redis, Pipeline):
+        pipe = redis.pipeline(transaction=False)
+        for name, delta in nonzero:
+            pipe.hincrby(keys.counters(job_id), name, delta)
+        pipe.execute()
+        return
+    for name, delta in nonzero:
+        redis.hincrby(keys.counters(job_id), name, delta)
 
 
 def exists(redis: Redis, job_id: str) -> bool:

@@ -191,9 +191,21 @@ def token_shape(url: str) -> str | None:
     return f"{head}?{'&'.join(shaped)}"
 
 
+# An http(s) URL whose authority is plain printable ASCII (no brackets, no spaces or controls),
+# ended by a path, query or fragment or by the URL's end: what canonical URLs are, and then its
+# netloc is just that stretch of it, as urlsplit would find (which costs ten times as much).
+_PLAIN_NETLOC = re.compile(r"https?://([!-\"$-.0->@-Z\\^-~]*)(?=[/?#]|\Z)")
+
+
+def netloc_of(url: str) -> str:
+    """``urlsplit(url).netloc``, quickly for the URLs a crawl asks it of by the thousand."""
+    m = _PLAIN_NETLOC.match(url)
+    return m.group(1) if m is not None else urlsplit(url).netloc
+
+
 def host_key(url: str) -> str:
     """The politeness unit: host and explicit port of a canonical URL."""
-    return urlsplit(url).netloc
+    return netloc_of(url)
 
 
 @lru_cache(maxsize=100_000)
@@ -214,7 +226,7 @@ def registered_domain(host: str) -> str:
 
 
 def domain_of(url: str) -> str:
-    return registered_domain(urlsplit(url).netloc)
+    return registered_domain(netloc_of(url))
 
 
 def repeated_segments(url: str) -> int:

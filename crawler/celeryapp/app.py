@@ -5,14 +5,17 @@ from __future__ import annotations
 from celery import Celery
 
 from crawler.celeryapp import signals
-from crawler.celeryapp.config import environment, redis_url, sentinel_options
+from crawler.celeryapp.config import brokers, environment, sentinel_options
 from crawler.config.settings import Settings
 from crawler.state.conn import CONNECT_TIMEOUT, HEALTH_CHECK_INTERVAL, SOCKET_TIMEOUT
 
 
 def make_app(settings: Settings | None = None) -> Celery:
     settings = settings or Settings.from_env()
-    app = Celery("crawler", broker=redis_url(settings), include=["crawler.celeryapp.tasks"])
+    # The first broker; a worker of shard queues on another one switches to it as it starts
+    # (crawler.celeryapp.signals.choose_broker), before it connects.
+    broker = brokers(settings)[0]
+    app = Celery("crawler", broker=broker.url, include=["crawler.celeryapp.tasks"])
     app.conf.update(
         task_serializer="json",
         accept_content=["json"],
@@ -44,7 +47,7 @@ def make_app(settings: Settings | None = None) -> Celery:
             # never starves: pages fetched and not yet stored count against the job's
             # concurrency, so dispatch stops while they wait.
             "queue_order_strategy": "priority",
-            **sentinel_options(settings),  # the master's name, for a broker under Sentinel
+            **sentinel_options(broker),  # the master's name, for a broker under Sentinel
         },
         task_time_limit=settings.task_time_limit,
         # The soft limit warns a task shortly before the hard one kills it.

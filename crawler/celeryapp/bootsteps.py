@@ -19,7 +19,6 @@ from crawler.celeryapp.tasks import dedup_task, fetch_task, refill_task, send, s
 from crawler.config.settings import Settings
 from crawler.errors import Reason
 from crawler.frontier.dispatcher import IDLE_WAIT, Dispatcher
-from crawler.frontier.sharding import queue_name
 from crawler.stages.messages import failed_page
 from crawler.state.conn import check_version, connect
 
@@ -37,7 +36,7 @@ def send_fetch(job_id: str, shard: int, token: str, entries: list[str]) -> None:
 
 
 def send_refill(job_id: str, shard: int) -> None:
-    refill_task.apply_async(args=(job_id,), queue=queue_name(shard), routing_key=queue_name(shard))
+    send(refill_task, shard, job_id)
 
 
 def send_failed(job_id: str, shard: int, token: str, entries: list[str]) -> None:

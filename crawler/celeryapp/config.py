@@ -1,4 +1,4 @@
-"""What the entry points read first: the settings from the environment, and where the broker is.
+"""What the entry points read first: the settings from the environment, and where the brokers are.
 
 Kept apart from ``app`` so that the signal handlers, the beat lock and the ``crawler`` command
 can use them without importing Celery or creating the app.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from crawler.config.brokers import Broker, parse_brokers
 from crawler.config.settings import SettingError, Settings
-from crawler.state.conn import is_sentinel
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -20,11 +20,17 @@ def redis_url(settings: Settings | None = None) -> str:
     return (settings or Settings.from_env()).redis_url or DEFAULT_REDIS_URL
 
 
-def sentinel_options(settings: Settings | None = None) -> dict[str, Any]:
+def brokers(settings: Settings | None = None) -> tuple[Broker, ...]:
+    """The brokers of the task queues: ``CRAWLER_BROKER_URL``'s (one, or several with shard N's
+    queue on the (N mod count)-th: ``crawler.config.brokers``), else the crawler's Redis."""
+    s = settings or Settings.from_env()
+    return parse_brokers(s.broker_url, redis_url(s), s.sentinel_master)
+
+
+def sentinel_options(broker: Broker) -> dict[str, Any]:
     """Broker transport options for a Redis under Sentinel (``sentinel://...;sentinel://...``):
     the master's name, which kombu needs besides the URL; none for a plain Redis."""
-    s = settings or Settings.from_env()
-    return {"master_name": s.sentinel_master} if is_sentinel(redis_url(s)) else {}
+    return {"master_name": broker.master} if broker.sentinel else {}
 
 
 def environment() -> Settings:

@@ -4,9 +4,10 @@
 Every stage sends one to three messages per task, and ``apply_async`` spent most of its time
 around the one LPUSH that does the work: a producer taken from a pool, a retry wrapper, queue
 and exchange declarations, kombu's message objects (9% of a worker's CPU with the defaults,
-measured with py-spy). The broker is the crawler's Redis (``crawler.celeryapp.config``), queues
-are plain lists named as the queue on the default exchange, and workers read these messages
-as any other.
+measured with py-spy). Queues are plain lists named as the queue on the default exchange, on
+the broker that holds them (the crawler's Redis, or ``CRAWLER_BROKER_URL``'s: ``crawler.config.brokers``;
+``crawler.celeryapp.tasks.Brokers`` picks the client per message), and workers read these
+messages as any other.
 
 A message sent from inside a task names it as ``parent_id`` and carries on its ``root_id``, as
 ``apply_async`` does, so Flower links one page's chain: fetch (the root, sent by a dispatcher)

@@ -2,6 +2,7 @@
 end, beyond running tasks. ``install`` connects them (``make_app`` calls it), so a worker has
 them before its heartbeat timer starts.
 
+- ``celeryd_after_setup``: with several brokers, a worker reads from its shard queues' one.
 - ``celeryd_after_setup``: a worker of any ``shard-N`` queue also consumes the shared queue.
 - ``heartbeat_sent`` / ``worker_shutdown``: each Celery heartbeat leaves the node's latest
   figures in Redis (``crawler.state.nodes``); a warm shutdown marks the node gone.
@@ -29,7 +30,8 @@ from celery.signals import (
 )
 from redis import Redis
 
-from crawler.celeryapp.config import redis_url
+from crawler.celeryapp.config import brokers, redis_url, sentinel_options
+from crawler.config.brokers import BrokerError, worker_broker
 from crawler.config.settings import Settings
 from crawler.frontier.sharding import RENDER_QUEUE, SHARED_QUEUE, shard_of_queue
 from crawler.local.lifeline import die_with_parent, parent_from_env, watch_parent
@@ -53,6 +55,24 @@ def shards_of(app: Any) -> list[int]:
     """The shards whose ``shard-N`` queues this worker consumes."""
     names = list(app.amqp.queues.consume_from or ())
     return sorted({s for s in (shard_of_queue(n) for n in names) if s is not None})
+
+
+def choose_broker(sender: object = None, instance: Any = None, **_: Any) -> None:
+    """With several brokers, a worker reads from the one holding its ``shard-N`` queues
+    (``crawler.config.brokers``): set here, after Celery has parsed ``-Q`` and before anything
+    connects. Shard queues on different brokers: one line and exit status 2, not a worker that
+    waits for ever on queues nobody fills."""
+    every = brokers()
+    if len(every) == 1:
+        return
+    try:
+        chosen = every[worker_broker(instance.app.amqp.queues.consume_from, every)]
+    except BrokerError as exc:
+        print(f"crawler: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    conf = instance.app.conf
+    options = {k: v for k, v in conf.broker_transport_options.items() if k != "master_name"}
+    conf.update(broker_url=chosen.url, broker_transport_options={**options, **sentinel_options(chosen)})
 
 
 def consume_shared(sender: object = None, instance: Any = None, **_: Any) -> None:
@@ -119,6 +139,7 @@ def install() -> None:
     heartbeat_sent.connect(on_heartbeat, weak=False)
     worker_shutdown.connect(on_shutdown, weak=False)
     worker_init.connect(on_worker_init, weak=False)
+    celeryd_after_setup.connect(choose_broker, weak=False)
     celeryd_after_setup.connect(consume_shared, weak=False)
     celeryd_after_setup.connect(check_render, weak=False)
     worker_process_shutdown.connect(close_browser, weak=False)

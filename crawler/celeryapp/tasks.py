@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from celery import Task
@@ -13,8 +14,9 @@ from redis import exceptions as redis_errors
 from crawler import jobs, stages
 from crawler.celeryapp import beat
 from crawler.celeryapp.app import app
-from crawler.celeryapp.config import redis_url
+from crawler.celeryapp.config import brokers, redis_url
 from crawler.celeryapp.publish import Message, Publisher
+from crawler.config.brokers import broker_of_queue
 from crawler.config.secretbox import NoSessionKey
 from crawler.config.settings import Settings
 from crawler.control import periodic as cycles
@@ -36,8 +38,9 @@ else:
 
 _ctx: stages.Context | None = None
 _ctx_pid = 0
-_broker: Any = None
-_broker_key: tuple[int, str] = (0, "")
+_broker: Brokers | None = None
+_broker_key: tuple[object, ...] = ()
+_BROKER_ENV = ("CRAWLER_REDIS_URL", "CRAWLER_BROKER_URL", "CRAWLER_SENTINEL_MASTER")
 _publisher = Publisher(app.conf.task_time_limit, app.conf.task_soft_time_limit)
 
 
@@ -101,14 +104,35 @@ class CrawlTask(BaseTask):
             log.exception("could not count the failure of %s", task_id)
 
 
-def broker() -> Any:
-    """This process's client for the broker (the crawler's Redis), rebuilt after a fork or a
-    change of CRAWLER_REDIS_URL; shared by the tasks and the dispatcher thread (redis-py's pool
-    is thread-safe)."""
+class Brokers:
+    """This process's clients of the brokers and where each message goes: ``shard-N`` to its
+    shard's broker, ``shared`` to this process's own (the one its worker consumes), any other
+    queue to the first (``crawler.config.brokers``)."""
+
+    def __init__(self, own_url: str) -> None:
+        every = brokers()
+        # Clients of their own, even of the crawler's Redis: the state's belongs to the tasks' thread.
+        self.clients = [connect(b.url, sentinel_master=b.master or None) for b in every]
+        self.own = next((i for i, b in enumerate(every) if b.url == own_url), 0)
+
+    def send(self, messages: Sequence[Message]) -> None:
+        if len(self.clients) == 1:
+            Publisher.send(self.clients[0], messages)
+            return
+        groups: dict[int, list[Message]] = {}
+        for m in messages:
+            groups.setdefault(broker_of_queue(m.queue, len(self.clients), self.own), []).append(m)
+        for i, group in groups.items():
+            Publisher.send(self.clients[i], group)
+
+
+def broker() -> Brokers:
+    """This process's brokers, rebuilt after a fork or a change of the environment naming them;
+    shared by the tasks and the dispatcher thread (redis-py's pool is thread-safe)."""
     global _broker, _broker_key
-    key = (os.getpid(), os.environ.get("CRAWLER_REDIS_URL", ""))
+    key = (os.getpid(), *(os.environ.get(v, "") for v in _BROKER_ENV))
     if _broker is None or _broker_key != key:
-        _broker, _broker_key = connect(redis_url()), key
+        _broker, _broker_key = Brokers(app.conf.broker_url), key
     return _broker
 
 
@@ -119,12 +143,12 @@ def _message(task: Task[Any, Any], queue: str, args: tuple[Any, ...], kwargs: di
     parent = None
     if sender is not None and sender.request.id:
         parent = (sender.request.id, sender.request.root_id or sender.request.id)
-    return _publisher.message(task.name, queue, args, kwargs, argsrepr=f"({args[0]!r}, {len(args[-1])} items)",
-                              parent=parent)
+    items = f", {len(args[-1])} items" if isinstance(args[-1], list) else ""
+    return _publisher.message(task.name, queue, args, kwargs, argsrepr=f"({args[0]!r}{items})", parent=parent)
 
 
 def _publish(*messages: Message) -> None:
-    Publisher.send(broker(), messages)
+    broker().send(messages)
 
 
 def send(task: Task[Any, Any], shard: int, *args: Any) -> None:

@@ -17,6 +17,7 @@ from crawler.config.schedule import parse_duration
 from crawler.config.settings import Settings
 from crawler.embedded import crawl
 from crawler.local.signals import exit_status
+from crawler.spiders.run import CAP_BYTES, CAP_COUNT
 from crawler.testweb import TestWeb, WebModel
 from crawler.testweb.catalogue import Catalogue
 from crawler.testweb.quotes import QuotesSite
@@ -83,13 +84,29 @@ def cmd_crawl(args: argparse.Namespace) -> int:
             code = code or 1
         print(f"output: {out / 'crawl.db'} (SQLite), {out / 'warc'} (WARC)")
         if outcome.spider:
-            print(f"items: {outcome.items} in {out / 'items.jsonl'}")
+            print(f"items: {outcome.items} in {out / 'items.jsonl'}{capped(outcome.status, settings)}")
         if outcome.interrupted:
             print(f"interrupted ({signal.Signals(outcome.signum).name}): what was stored is complete and readable",
                   file=sys.stderr)
     except OSError:
         pass  # after SIGHUP the terminal may be gone; the status still says what happened
     return code
+
+
+def capped(status: dict[str, Any], settings: Settings) -> str:
+    """What the items line must add when pages gave more items than were kept: how many, and the
+    setting (with its value and variable) that capped them."""
+    c = status.get("counters", {})
+    total = int(c.get("items_capped", 0))
+    if not total:
+        return ""
+    causes = []
+    for name in (CAP_COUNT, CAP_BYTES):
+        n = int(c.get(f"items_capped:{name}", 0))
+        if n:
+            causes.append(f"{n} by {name}={getattr(settings, name)} (CRAWLER_{name.upper()})")
+    why = ", ".join(causes) or f"by {CAP_COUNT} or {CAP_BYTES}"
+    return f"; {total} more not kept, over a page's cap: {why}"
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

@@ -20,11 +20,16 @@ def cmd_status(args: argparse.Namespace) -> int:
         raise ConfigError(f"--timeout must be a finite number of seconds >= 0, got {args.timeout!r}")
     client = redis_client(args.redis_url)
     deadline = time.monotonic() + args.timeout if args.timeout else None
+    told = False
     while True:
         # The hosts table is built once, for the answer, not on every poll of --wait.
         st = control.status(client, args.job, with_hosts=args.hosts and not args.wait)
         if not args.wait or st["status"] in (*control.FINISHED, control.WAITING):
             break
+        if not told:  # a wait that may never end says why once, at its start
+            told = True
+            for line in control.shard_lines(client, st["shards"]):
+                print(f"crawler status: {line}", file=sys.stderr)
         if deadline and time.monotonic() > deadline:
             print(f"crawler status: job {args.job} still {st['status']} after {args.timeout}s", file=sys.stderr)
             return 2

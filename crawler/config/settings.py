@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from crawler.config.brokers import parse_brokers
 from crawler.config.credentials import parse_auth, parse_header
 from crawler.config.scope import url_patterns
 from crawler.errors import ConfigError, shown
@@ -44,8 +45,9 @@ def _s(default: Any, doc: str, *, job: bool = False) -> Any:
 
 @dataclass
 class Settings:
-    redis_url: str = _s("", "Redis for broker, frontier and counters; empty: `crawler crawl` starts a private one, workers use redis://127.0.0.1:6379/0")
-    sentinel_master: str = _s("mymaster", "With redis_url `sentinel://host:port;sentinel://host:port/0` (a Redis under Sentinel, for broker and state alike): the name of the master the sentinels watch")
+    redis_url: str = _s("", "Redis for frontier and counters, and the broker unless broker_url names one; empty: `crawler crawl` starts a private one, workers use redis://127.0.0.1:6379/0")
+    sentinel_master: str = _s("mymaster", "With redis_url `sentinel://host:port;sentinel://host:port/0` (a Redis under Sentinel, for broker and state alike): the name of the master the sentinels watch; a sentinel broker_url may name its own (`#name`)")
+    broker_url: str = _s("", "Celery broker of the task queues, if not redis_url: a redis:// or sentinel:// URL (`#name` after a sentinel one: its master's name), or several separated by commas, shard N's queue on the (N mod count)-th")
     shards: int = _s(4, "Number of shards (queues shard-0 .. shard-N-1)", job=True)
     max_pages: int = _s(0, "Stop admitting URLs after this many (0: no limit)", job=True)
     max_depth: int = _s(0, "Follow links at most this many hops from a seed (0: no limit)", job=True)
@@ -209,6 +211,11 @@ class Settings:
             raise SettingError(f"revisit_min ({self.revisit_min:g} s) is longer than revisit_max ({self.revisit_max:g} s)")
         if self.takeover_after and self.takeover_after < 2:
             raise _bad("takeover_after", "must be 0 (off) or >= 2 heartbeats", self.takeover_after)
+        if self.broker_url:
+            try:
+                parse_brokers(self.broker_url, self.redis_url, self.sentinel_master)
+            except ConfigError as exc:
+                raise SettingError(f"setting broker_url: {exc}") from None
         if self.task_time_limit >= self.visibility_timeout:
             raise SettingError("task_time_limit must be shorter than visibility_timeout, or Redis redelivers running tasks")
         return self

@@ -12,6 +12,7 @@ import dataclasses
 import itertools
 import json
 import math
+import os
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -133,7 +134,24 @@ def submit(r: Redis, values: Mapping[str, Any], seeds: list[str], by: str = "") 
         except RenderUnavailable as exc:
             # The render workers may well be other machines: this one only submits.
             warnings.append(f"{exc}; pages wait for a worker started with -Q render")
-    return jobs.submit(r, settings, seeds, by=by), warnings
+    warnings += _relative_store(settings.store)
+    job_id = jobs.submit(r, settings, seeds, by=by)
+    # A shard no worker serves holds its hosts' URLs for ever: say so now, not after a silent wait.
+    warnings += shard_lines(r, takeover.shard_states(r, settings.shards))
+    return job_id, warnings
+
+
+def _relative_store(store_url: str) -> list[str]:
+    """A warning for an SQLite store given by a relative path: this process writes the job's
+    record against its own directory, each worker its pages against its own (or its
+    CRAWLER_STORE_ROOT), so unless they share one the job is split over two files."""
+    scheme, sep, rest = store_url.partition("://")
+    path = rest[1:] if rest.startswith("/") else rest
+    if scheme != "sqlite" or not sep or not path or os.path.isabs(path):
+        return []
+    return [f"the store's path {path!r} is relative: this command wrote the job's record to "
+            f"{os.path.abspath(path)!r}, and each worker resolves it against its own directory (or its "
+            f"CRAWLER_STORE_ROOT); give sqlite:////absolute/path.db for one file"]
 
 
 def status(r: Redis, job_id: str, with_hosts: bool = False) -> dict[str, Any]:

@@ -179,11 +179,9 @@ class BloomSeen:
         ids = [f"{h1:08x}{h2:08x}{top:016x}" for h1, h2, top in hashes]
         answer: dict[int, bool] = {}
         memo = keys.bloom_memo(self.job, token) if token else ""
-        if memo:
-            for i, flag in enumerate(self.redis.hmget(memo, ids)):
-                if flag is not None:
-                    answer[i] = flag == b"1"
-        todo = [i for i in range(len(urls)) if i not in answer]
+        # The add script answers from the memo first (no read of it here): URLs of a frozen
+        # layer that the memo answers are handled below.
+        todo = list(range(len(urls)))
         in_frozen: list[int] = []
         while todo:
             layers = self.layers()
@@ -239,16 +237,22 @@ class BloomSeen:
         by_segment: dict[int, list[int]] = defaultdict(list)
         for i in todo:
             by_segment[hashes[i][2] % layer.segments].append(i)
-        pipe = self.redis.pipeline(transaction=False)
+        # One segment (a small batch's usual case) goes without a pipeline, which would ask
+        # Redis whether the script is loaded on every execute.
+        pipe = self.redis.pipeline(transaction=False) if len(by_segment) > 1 else None
         order = []
+        results = []
         for seg, members in by_segment.items():
             args: list[int | str] = [layer.index, layer.k, layer.segment_bits, layer.capacity]
             for i in members:
                 args += [hashes[i][0], hashes[i][1], ids[i]]
-            self._add(keys=[self.segment_key(layer.index, seg), self.meta, memo], args=args, client=pipe)
+            got = self._add(keys=[self.segment_key(layer.index, seg), self.meta, memo], args=args,
+                            client=pipe or self.redis)
+            if pipe is None:
+                results.append(got)
             order.append(members)
         stale = False
-        for members, res in zip(order, pipe.execute(), strict=True):
+        for members, res in zip(order, pipe.execute() if pipe is not None else results, strict=True):
             res = res.decode() if isinstance(res, bytes) else res
             if res == "STALE":
                 stale = True

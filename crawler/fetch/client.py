@@ -201,11 +201,18 @@ class HttpFetcher:
                       extra: Sequence[tuple[str, str]], hops: Hops | None = None, method: str = "GET",
                       body: bytes = b"", own: Sequence[tuple[str, str]] = ()) -> None:
         timeout = httpx.Timeout(config.read_timeout, connect=config.connect_timeout)
-        seen = {result.url}
-        current = result.url
+        # A loop is the same request going out again, not the same URL: a POST answered by a 303
+        # to itself (Post/Redirect/Get), or a gate that sets a cookie and sends the client back,
+        # asks for the URL anew and gets something else, as browsers, curl and Scrapy see it.
+        seen: set[tuple[str, str, tuple[tuple[str, str], ...]]] = set()
+        current, previous = result.url, result.url
         for hop in range(config.max_redirects + 1):
-            headers = [("User-Agent", config.user_agent), *(extra if hop == 0 else ()),
-                       *(hops.headers(current) if hops is not None else ())]
+            session = tuple(hops.headers(current)) if hops is not None else ()
+            request_key = (method, current, session)
+            if request_key in seen:
+                raise errors.RedirectLoop(f"{previous} -> {current}")
+            seen.add(request_key)
+            headers = [("User-Agent", config.user_agent), *(extra if hop == 0 else ()), *session]
             sent: Sequence[tuple[str, str]] | list[tuple[bytes, bytes]] = (
                 _replaced(headers, own) if own and hop == 0 else headers)
             request = self.client.build_request(method, current, headers=sent, timeout=timeout,
@@ -219,10 +226,7 @@ class HttpFetcher:
                 if location is not None:
                     nxt = redirect_target(urljoin(current, location.strip()))
                     result.redirects.append((response.status_code, current))
-                    if nxt in seen:
-                        raise errors.RedirectLoop(f"{current} -> {nxt}")
-                    seen.add(nxt)
-                    current = nxt
+                    previous, current = current, nxt
                     if method == "POST" and response.status_code in (301, 302, 303):
                         method, body = "GET", b""
                     result.final_url = current

@@ -26,6 +26,8 @@ from crawler.state.conn import text
 from crawler.urls import host_key
 
 Lease = tuple[str, str]  # (url, token)
+# Share of ``lease_timeout`` a lease may have used before a renewal is worth its commands.
+FRESH = 0.25
 
 
 @dataclass(frozen=True)
@@ -115,8 +117,20 @@ class Admitted(list[str]):
     spilled: int = 0
 
 
-def new_token() -> str:
-    return uuid.uuid4().hex[:16]
+def new_token(now: float | None = None) -> str:
+    """A lease token: when it was made (milliseconds, 11 hex digits) and 16 random hex digits.
+    The time lets the fetch stage skip renewing leases it confirms while they are fresh."""
+    return f"{int((time.time() if now is None else now) * 1000):011x}{uuid.uuid4().hex[:16]}"
+
+
+def token_time(token: str) -> float | None:
+    """When ``new_token`` made ``token`` (or the batch token made from it); None for another form."""
+    if len(token) < 27:
+        return None
+    try:
+        return int(token[:11], 16) / 1000
+    except ValueError:
+        return None
 
 
 
@@ -217,7 +231,7 @@ class Frontier:
         an earlier call (for another shard) used, numbering batches on from its ``offset`` URLs,
         so one dispatcher's shards fill fetch tasks together (see ``merged_batches``)."""
         now = time.time() if now is None else now
-        token = token or new_token()
+        token = token or new_token(now)
         flat, nxt, slots = self._call(self._dispatch, job, shard, now, max_urls, per_host, delay,
                                       now + lease_timeout, token, concurrency, per_ip, batch, min_free, offset)
         items = [(Entry.decode(flat[i]), flat[i + 1].decode()) for i in range(0, len(flat), 2)]
@@ -231,26 +245,41 @@ class Frontier:
         it holds for ``lease_timeout``."""
         if not leases:
             return []
-        res = self._call(self._confirm, job, time.time() + lease_timeout, *_flat(leases))
+        now = time.time()
+        made = [token_time(t) for _, t in leases]
+        # Leased less than ``FRESH`` of the timeout ago: the dispatch's deadline stands.
+        fresh = all(m is not None and now - m < lease_timeout * FRESH for m in made)
+        res = self._call(self._confirm, job, "" if fresh else now + lease_timeout, *_flat(leases))
         return [bool(r) for r in res]
 
-    def renew(self, job: str, leases: Sequence[Lease], lease_timeout: float, *, extra: float = 0.0) -> int:
+    def renew(self, job: str, leases: Sequence[Lease], lease_timeout: float, *, extra: float = 0.0,
+              since: float | None = None) -> int:
         """Keep the leases this holder still owns (fetched or not) for ``lease_timeout`` more
         seconds, plus ``extra`` (a store retry's wait), so pages that parse and store are
-        holding do not expire back to the frontier. Never shortens a lease. Returns how many."""
+        holding do not expire back to the frontier. Never shortens a lease. Returns how many,
+        or -1 when nothing was asked of Redis: ``since`` is a time after which every one of these
+        leases was given ``lease_timeout`` (the earliest fetch of their pages: the fetch stage
+        renews its leases after fetching), and less than ``FRESH`` of it has passed, so a
+        renewal would buy little (the usual page, parsed and stored within a second)."""
         if not leases:
             return 0
-        deadline = time.time() + lease_timeout + extra
+        now = time.time()
+        if since is not None and not extra and now - since < lease_timeout * FRESH:
+            return -1
+        deadline = now + lease_timeout + extra
         return int(self._call(self._renew, job, deadline, *_flat(leases)))
 
     def fetched(self, job: str, done: Sequence[Fetched], *, lease_timeout: float, delay: float,
-                pipe: object | None = None) -> None:
+                pipe: object | None = None, delays: Mapping[str, float] | None = None) -> None:
         """The requests are over: free their hosts' slots (the host may go again after its
         delay), learn the hosts' addresses, renew the leases until the pages are stored, and send
-        those with a ``retry_at`` to wait out their backoff."""
+        those with a ``retry_at`` to wait out their backoff. ``delays``: the hosts' own delays
+        as the caller has just set them (``set_host_delays``), so the script need not read them."""
         if done:
             now = time.time()
-            flat = [part for f in done for part in (f.url, f.token, f.retry_at, f.ip)]
+            own = delays or {}
+            flat = [part for f in done
+                    for part in (f.url, f.token, f.retry_at, f.ip, own.get(host_key(f.url), "") if own else "")]
             self._call(self._fetched, job, now, now + lease_timeout, delay, *flat, client=pipe)
 
     def release(self, job: str, leases: Sequence[Lease], *, delay: float, max_depth: int = 0) -> int:

@@ -133,7 +133,7 @@ class Dispatcher:
                 wake_at = min(wake_at, hold)
                 continue
             # One token for all of this dispatcher's shards: their URLs fill fetch tasks together.
-            token = new_token()
+            token = new_token(now)
             parts: list[tuple[int, Dispatched]] = []
             for shard in mine:
                 d = self.frontier.dispatch(job_id, shard, max_urls=s.concurrency, per_host=s.per_host,

@@ -50,21 +50,28 @@ def _prelude() -> str:
     return f"local P = ARGV[1]\nlocal PARKED = {PARKED:.0f}\n" + _bind() + _HELPERS
 
 
+def _script(name: str) -> str:
+    """A script of the frontier: the prelude, then its file's body run as a function, so the
+    wakes its body asked for are pushed once each however it returns (``flush_wakes``)."""
+    return (_prelude() + "local function main()\n" + _load(name)
+            + "\nend\nlocal result = main()\nflush_wakes()\nreturn result\n")
+
+
 # Each script's file begins with what its KEYS and ARGV hold and what it returns.
-ADMIT = _prelude() + _load("admit")
-DISPATCH = _prelude() + _load("dispatch")
-CONFIRM = _prelude() + _load("confirm")
-RENEW = _prelude() + _load("renew")
-FETCHED = _prelude() + _load("fetched")
-RELEASE = _prelude() + _load("release")
-REAP = _prelude() + _load("reap")
-PROMOTE = _prelude() + _load("promote")
-PAUSE = _prelude() + _load("pause")
-RESUME = _prelude() + _load("resume")
-CLAIM_CYCLE = _prelude() + _load("claim_cycle")
-RUN_CYCLE = _prelude() + _load("run_cycle")
-RETIME = _prelude() + _load("retime")
-UNPARK = _prelude() + _load("unpark")
+ADMIT = _script("admit")
+DISPATCH = _script("dispatch")
+CONFIRM = _script("confirm")
+RENEW = _script("renew")
+FETCHED = _script("fetched")
+RELEASE = _script("release")
+REAP = _script("reap")
+PROMOTE = _script("promote")
+PAUSE = _script("pause")
+RESUME = _script("resume")
+CLAIM_CYCLE = _script("claim_cycle")
+RUN_CYCLE = _script("run_cycle")
+RETIME = _script("retime")
+UNPARK = _script("unpark")
 QUEUE_LENGTHS = _load("queue_lengths")
-REFILL = _prelude() + _load("refill")
-SPILL_LOW = _prelude() + _load("spill_low")
+REFILL = _script("refill")
+SPILL_LOW = _script("spill_low")

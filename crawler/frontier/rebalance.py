@@ -30,7 +30,7 @@ from crawler.frontier import liveshards
 from crawler.frontier.liveshards import LiveSet
 from crawler.frontier.records import IpWait, Lease, Retry
 from crawler.frontier.sharding import queue_name, shard_of_host, standby
-from crawler.state import keys
+from crawler.state import keys, queues
 from crawler.state.conn import text
 
 GRACE = 20.0
@@ -177,8 +177,7 @@ def drain_queues(redis: Redis, shards: int, known: int, down: frozenset[int] = f
         target = standby(s, shards, down)
         if target == s:
             continue  # every shard is down: nowhere better to put them
-        while redis.lmove(queue_name(s), queue_name(target), "RIGHT", "LEFT") is not None:
-            moved += 1
+        moved += queues.move_all(redis, queue_name(s), queue_name(target))  # on their broker(s)
     return moved
 
 

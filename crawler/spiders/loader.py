@@ -122,7 +122,9 @@ def find(ref: str, paths: Sequence[str]) -> Found:
 def _find(ref: str, where: str, name: str, roots: list[Path]) -> Found:
     if _is_file(where):
         file = Path(where).expanduser().resolve()
-        root = _under(file, roots)
+        # The outermost listed directory holding it: the one a Scrapy project's root, found
+        # above the file, may lie under (see ``_project_root``).
+        root = min((r for r in roots if file.is_relative_to(r)), key=lambda r: len(r.parts), default=None)
         if root is None:
             raise _outside(ref, "the file (symlinks and '..' resolved)", roots)
         if not file.is_file():
@@ -263,7 +265,33 @@ def _strings(value: Any) -> list[str] | None:
 
 # -- importing: only what ``find`` allowed -----------------------------------------------------
 
-def _import_file(file: Path) -> ModuleType:
+SCRAPY_CFG = "scrapy.cfg"
+
+
+def _project_root(file: Path, bound: Path | None) -> Path | None:
+    """The Scrapy project ``file`` is part of: the nearest directory holding a ``scrapy.cfg``,
+    from the file's own up to ``bound`` (a listed directory: a project root outside the
+    directories this process may load code from is never searched), or up to the filesystem's
+    root without one (``crawler crawl``, the operator's own file)."""
+    for directory in file.parents:
+        if bound is not None and not directory.is_relative_to(bound):
+            return None
+        if (directory / SCRAPY_CFG).is_file():
+            return directory
+    return None
+
+
+def _on_path(directory: Path) -> None:
+    # As Scrapy's own command line does for the project it runs in (``init_env``): appended, so
+    # the project's packages never shadow an installed module.
+    if str(directory) not in sys.path:
+        sys.path.append(str(directory))
+
+
+def _import_file(file: Path, bound: Path | None = None) -> ModuleType:
+    """Import the spider (or pipeline) file ``file``; inside a Scrapy project (see
+    ``_project_root``) with the project's root on the import path first, so its ``from
+    myproject.items import ...`` work as under ``scrapy crawl``."""
     if not file.is_file():
         raise SpiderUnavailable(f"spider file {str(file)!r} does not exist on this machine")
     # A stable name per file, so two spiders named alike in different files do not collide and
@@ -278,6 +306,9 @@ def _import_file(file: Path) -> ModuleType:
         spec = importlib.util.spec_from_file_location(mod_name, file)
         if spec is None or spec.loader is None:
             raise SpiderUnavailable(f"spider file {str(file)!r} cannot be imported")
+        project = _project_root(file, bound)
+        if project is not None:
+            _on_path(project)
         return _exec(spec)
 
 
@@ -379,7 +410,7 @@ def import_found(found: Found) -> ModuleType:
     or an installed module as Python finds it (also for item pipelines, found the same way)."""
     file, root = found.file, found.root
     if file is not None and not found.module:
-        return _importing(found.target, str(file), lambda: _import_file(file))
+        return _importing(found.target, str(file), lambda: _import_file(file, root))
     if root is not None:
         return _importing(found.target, found.module, lambda: _import_listed(found.module, root))
     return _importing(found.target, found.module, lambda: importlib.import_module(found.module))
@@ -481,7 +512,8 @@ def prepare_local(settings: Settings, seeds: list[str]) -> tuple[Settings, list[
         file = Path(where).expanduser().resolve()
         target = f"{file}:{name}"
         module = _importing(target, str(file), lambda: _import_file(file))
-        root = file.parent
+        # Its directory, or its Scrapy project's root, for the crawl's workers to load it from.
+        root = _project_root(file, None) or file.parent
     else:
         target = f"{where}:{name}"
         if target in installed().values():

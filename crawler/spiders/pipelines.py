@@ -186,27 +186,42 @@ class Pipelines:
         self.instances: list[Any] = []
         self.opened = False
         self.closed = False
+        self.broken: PipelineUnavailable | None = None
         self._lock = threading.Lock()  # a threads pool may store two batches of a job at once
 
     def __bool__(self) -> bool:
         return bool(self.classes)
 
     def _open(self, counts: Counter[str]) -> bool:
+        """Build and open the pipelines: False (counted) if an ``open_spider`` raised, to be
+        tried again; PipelineUnavailable, kept and raised again on every later item, if one cannot
+        be built: its job stops, with the reason, once."""
         if self.opened:
             return True
+        if self.broken is not None:
+            raise self.broken.with_traceback(None)  # the same reason; not a traceback grown per item
         instances = []
         for cls in self.classes:
             try:
                 instances.append(cls())
-            except Exception:
-                spider_error(counts, self.spider, "pipeline_init", cls.__qualname__)
-                return False
+            except PipelineUnavailable as exc:
+                self.broken = exc
+                raise
+            except Exception as exc:
+                log.exception("item pipeline %s cannot be built", cls.__qualname__)
+                self.broken = PipelineUnavailable(f"item pipeline {cls.__qualname__}: constructor raised "
+                                                  f"{type(exc).__name__}: {exc}")
+                raise self.broken from exc
         opened: list[Any] = []
         for p in instances:
             opener = getattr(p, "open_spider", None)
             try:
                 if opener is not None:
                     _call(opener, self.spider)
+            except PipelineUnavailable as exc:  # built lazily, as a Scrapy pipeline is
+                self.broken = exc
+                self._close_each(opened)
+                raise
             except Exception:
                 spider_error(counts, self.spider, "open_spider", type(p).__qualname__)
                 # Close those already opened: the next try opens them all again.
@@ -220,7 +235,8 @@ class Pipelines:
         """``item`` (from the page ``url``) through every pipeline in order. A ``DropItem`` is
         counted ``items_dropped`` and ``items_dropped:<reason>``; a pipeline that raises anything
         else, or returns what is not an item, costs the item (``spider_error`` and
-        ``spider_error:process_item``), never the page."""
+        ``spider_error:process_item``), never the page. PipelineUnavailable if a pipeline cannot
+        be built (see ``_open``)."""
         out = Outcome(None)
         with self._lock:
             if self.closed or not self._open(out.counts):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
+import decimal
 import inspect
 import json
 import logging
@@ -22,6 +24,10 @@ from crawler.spiders.page import Page
 from crawler.spiders.request import Request, bad_header, to_spec
 
 log = logging.getLogger(__name__)
+
+# The settings that cap a page's items, as ``items_capped:<setting>`` counters name them.
+CAP_COUNT = "max_items_per_page"
+CAP_BYTES = "max_item_bytes"
 
 
 @dataclass
@@ -70,9 +76,9 @@ def run_page_hook(spider: Spider, hook: str, page: Page, max_items: int, max_byt
                   kwargs: Mapping[str, Any] | None = None) -> HookResult:
     """``spider.<hook>(page, **kwargs)`` (``parse``, a request's callback, ``on_error`` or an
     errback), then ``check_item`` on each item. Items past ``max_items`` or ``max_bytes`` (their
-    JSON) are counted ``items_capped``; a yielded value that is neither an item nor a
-    ``Request`` is a ``spider_error`` naming its type; a callback the spider does not have is
-    ``spider_error:no_callback``."""
+    JSON) are counted ``items_capped`` and ``items_capped:<the setting>``; a yielded value that
+    is neither an item nor a ``Request`` is a ``spider_error`` naming its type; a callback the
+    spider does not have is ``spider_error:no_callback``."""
     out = HookResult()
     fn: Callable[..., Any] | None = getattr(spider, hook, None) if not hook.startswith("_") else None
     if fn is None or not callable(fn):
@@ -128,7 +134,9 @@ def run_page_hook(spider: Spider, hook: str, page: Page, max_items: int, max_byt
             log.error("spider %s: an item from %s cannot be stored as JSON", type(spider).__qualname__, page.url)
             continue
         if len(out.items) >= max_items or size + len(encoded) > max_bytes:
+            # Which cap, so the crawl's summary can name the setting to raise.
             out.counts["items_capped"] += 1
+            out.counts[f"items_capped:{CAP_COUNT if len(out.items) >= max_items else CAP_BYTES}"] += 1
             continue
         size += len(encoded)
         out.items.append(json.loads(encoded))
@@ -177,12 +185,36 @@ def as_item(value: Any) -> dict[str, Any] | None:
     return None
 
 
+def _json_default(value: Any) -> Any:
+    """A value JSON has no form for, as Scrapy's feed exports write it (``ScrapyJSONEncoder``):
+    a set as a list, a date, time or datetime in ISO 8601, a Decimal as its text, a nested item
+    (dataclass, or a mapping such as ``scrapy.Item``) as a dict; anything else as its text."""
+    if isinstance(value, (set, frozenset)):
+        return list(value)
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return str(value)
+
+
+def dumps_item(item: dict[str, Any]) -> str:
+    """The item as the JSON text the crawler stores, for both spider APIs and after the item
+    pipelines alike (see ``_json_default``). ValueError or TypeError if it holds something that
+    is not data (a circular structure, NaN)."""
+    return json.dumps(item, ensure_ascii=False, default=_json_default, allow_nan=False)
+
+
 def json_item(item: dict[str, Any]) -> str | None:
-    """The item as JSON (dates, decimals and other scalars as their text), or None if it holds
-    something that is not data (a circular structure, NaN) or text that is not UTF-8 (a lone
-    surrogate, which the store could not write: the job would retry it forever)."""
+    """The item as JSON (``dumps_item``), or None if it holds something that is not data (a
+    circular structure, NaN) or text that is not UTF-8 (a lone surrogate, which the store could
+    not write: the job would retry it forever)."""
     try:
-        encoded = json.dumps(item, ensure_ascii=False, default=str, allow_nan=False)
+        encoded = dumps_item(item)
         if not encoded.isascii():
             encoded.encode()
     except (ValueError, TypeError):  # UnicodeEncodeError is a ValueError

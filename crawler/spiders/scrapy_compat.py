@@ -31,12 +31,15 @@ from urllib.parse import urlsplit
 
 import scrapy
 from itemadapter import ItemAdapter
+from scrapy import exceptions as scrapy_exceptions
 from scrapy.exceptions import DropItem as ScrapyDropItem
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Headers, Response
 from scrapy.responsetypes import responsetypes
 from scrapy.settings import Settings as ScrapySettings
 from scrapy.spidermiddlewares.httperror import HttpError
+from scrapy.statscollectors import MemoryStatsCollector
+from scrapy.utils.misc import build_from_crawler
 from twisted.internet import error as twisted_error
 from twisted.python.failure import Failure
 
@@ -123,14 +126,12 @@ def wrap(cls: type[scrapy.Spider]) -> type[Spider]:
     """A crawler spider class running ``cls``; ScrapyUnsupported if ``cls`` uses something the
     crawler cannot honour."""
     check(cls)
-    every, codes = scrapy_settings.allowed_codes(cls.custom_settings, vars(cls))
     namespace: dict[str, Any] = {
         "__module__": __name__, "__qualname__": f"Scrapy[{cls.__qualname__}]", "__doc__": cls.__doc__,
         "scrapy_class": cls, "name": getattr(cls, "name", "") or cls.__name__,
         "start_urls": tuple(getattr(cls, "start_urls", ()) or ()),
         "allowed_domains": tuple(getattr(cls, "allowed_domains", ()) or ()),
         "pipelines": tuple(_pipeline(ref) for ref in scrapy_settings.pipelines_of(cls.custom_settings)),
-        "_allow_all": every, "_allow_codes": codes,
     }
     for method in _methods(cls):
         namespace[CALLBACK + method] = _callback(method)
@@ -157,8 +158,6 @@ class ScrapySpider(Spider):
 
     scrapy_class: ClassVar[type[scrapy.Spider]]
     follow_links: ClassVar[bool] = False  # Scrapy follows only what its callbacks yield
-    _allow_all: ClassVar[bool] = False
-    _allow_codes: ClassVar[frozenset[int]] = frozenset()
 
     def __init__(self, **kwargs: str) -> None:
         # Not the base class's: the arguments are the Scrapy spider's (``-a key=value``).
@@ -167,13 +166,22 @@ class ScrapySpider(Spider):
         settings = ScrapySettings()
         settings.setdict(cls.custom_settings or {}, priority="spider")
         self.scrapy.settings = settings
+        self._crawler: ScrapyCrawler | None = None
         domains = getattr(self.scrapy, "allowed_domains", None) or ()
         self._domains = tuple(str(d).lower().split(":", 1)[0].lstrip(".") for d in domains if d)
+
+    def scrapy_crawler(self) -> ScrapyCrawler:
+        """The crawler Scrapy pipelines' ``from_crawler`` get, made once. Not the Scrapy
+        spider's ``self.crawler``: its stats would reach no counter, and a callback using them
+        must fail (counted) rather than count into nothing."""
+        if self._crawler is None:
+            self._crawler = ScrapyCrawler(self.scrapy)
+        return self._crawler
 
     def __getattr__(self, name: str) -> Any:
         # What a pipeline asks of "the spider" (``spider.name``, its own attributes) is the
         # Scrapy spider's.
-        if name == "scrapy":
+        if name in ("scrapy", "_crawler"):
             raise AttributeError(name)
         got = getattr(self.scrapy, name)
         if inspect.ismethod(got) and got.__self__ is self.scrapy:
@@ -243,9 +251,23 @@ class ScrapySpider(Spider):
         return self._translate(getattr(self.scrapy, errback)(failure))
 
     def _accepts(self, status: int, meta: Any) -> bool:
-        if meta.get("handle_httpstatus_all") or self._allow_all:
+        """Scrapy's HttpErrorMiddleware: the request's ``handle_httpstatus_all``, else its
+        ``handle_httpstatus_list`` (which replaces the rest, ``[]`` allowing none), else
+        ``HTTPERROR_ALLOW_ALL``, else the spider's ``handle_httpstatus_list`` (which replaces
+        ``HTTPERROR_ALLOWED_CODES``), else that setting."""
+        if meta.get("handle_httpstatus_all", False):
             return True
-        return status in self._allow_codes or status in (meta.get("handle_httpstatus_list") or ())
+        settings = self.scrapy.settings
+        if "handle_httpstatus_list" in meta:
+            allowed = meta["handle_httpstatus_list"]
+        elif settings.getbool("HTTPERROR_ALLOW_ALL"):
+            return True
+        else:
+            allowed = getattr(self.scrapy, "handle_httpstatus_list", settings.getlist("HTTPERROR_ALLOWED_CODES"))
+        try:
+            return status in allowed
+        except TypeError:  # not a container: Scrapy would fail the page, nothing is allowed
+            return False
 
     def response(self, page: Page) -> Response:
         """The page as the Scrapy response its spider would have got."""
@@ -325,17 +347,42 @@ def _method_of(stored: str | None, prefix: str) -> str | None:
     return None
 
 
+# What Scrapy 2.19's download handlers raise (they wrap Twisted's errors in their own), as
+# classes that are Twisted's too: an errback checking either, ``failure.check(
+# DownloadConnectionRefusedError)`` or the ``ConnectionRefusedError`` of older Scrapy spiders,
+# matches. Named as Scrapy's, as ``failure.type.__name__`` shows.
+class DownloadConnectionRefusedError(scrapy_exceptions.DownloadConnectionRefusedError,
+                                     twisted_error.ConnectionRefusedError):
+    """Connection was refused by other side."""
+
+    def __init__(self, message: str = "") -> None:
+        twisted_error.ConnectionRefusedError.__init__(self, string=message)  # type: ignore[no-untyped-call]
+
+
+class CannotResolveHostError(scrapy_exceptions.CannotResolveHostError, twisted_error.DNSLookupError):
+    """DNS lookup failed."""
+
+
+class DownloadTimeoutError(scrapy_exceptions.DownloadTimeoutError, twisted_error.TimeoutError):
+    """User timeout caused connection failure."""
+
+    def __init__(self, message: str = "") -> None:
+        twisted_error.TimeoutError.__init__(self, string=message)  # type: ignore[no-untyped-call]
+
+
 def _exception(page: Page, response: Response | None) -> Exception:
     """What Scrapy's downloader or HttpErrorMiddleware would have raised for this failure."""
     reason = page.error or ""
     if response is not None and not 200 <= response.status < 300:
         return HttpError(response, "Ignoring non-200 response")
     if reason == "dns":
-        return twisted_error.DNSLookupError(page.url)
+        return CannotResolveHostError(page.url)
     if reason == "connect":
-        return twisted_error.ConnectionRefusedError(page.url)  # type: ignore[no-untyped-call]
+        return DownloadConnectionRefusedError(page.url)
     if reason == "timeout":
-        return twisted_error.TimeoutError(page.url)  # type: ignore[no-untyped-call]
+        return DownloadTimeoutError(page.url)
+    if reason == "protocol":  # the connection broke mid-response: Twisted's ResponseFailed, wrapped
+        return scrapy_exceptions.DownloadFailedError(page.url)
     if reason == "robots":
         return IgnoreRequest("Forbidden by robots.txt")
     return IgnoreRequest(reason or "failed")
@@ -371,28 +418,57 @@ def _worker_paths() -> list[str]:
     return [p for p in _SEPARATORS.split(os.environ.get("CRAWLER_SPIDER_PATHS", "")) if p.strip()]
 
 
+class ScrapyCrawler:
+    """What a Scrapy component's ``from_crawler(crawler)`` gets here: ``settings`` (a frozen
+    Scrapy ``Settings``: Scrapy's defaults and the spider's ``custom_settings``), ``spider`` and
+    ``stats`` (a Scrapy ``MemoryStatsCollector`` of this worker process; it reaches no job
+    counter). Nothing else of Scrapy's crawler exists here: asking for it (``crawler.signals``,
+    ``crawler.engine``) raises, so the pipeline cannot be built and the job stops, saying why."""
+
+    def __init__(self, spider: scrapy.Spider) -> None:
+        self.spider = spider
+        self.settings = spider.settings.copy()
+        self.settings.freeze()
+        self.stats = MemoryStatsCollector(self)  # type: ignore[arg-type]  # it reads .settings only
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"crawler.{name} does not exist under this crawler (a Scrapy pipeline's from_crawler "
+                             "gets crawler.settings, crawler.spider and crawler.stats only)")
+
+
 def _pipeline(ref: str) -> type:
     """A crawler pipeline class running the Scrapy pipeline ``ref`` (``module:Class``), loaded
     like any pipeline (installed, or under this worker's spider paths) when the job's pipelines
-    are first opened: Scrapy's ``DropItem`` becomes the crawler's, and the Scrapy spider is the
-    one its methods get."""
+    are first opened, and built as Scrapy builds it (``from_crawler(crawler)`` if it has one,
+    given a ``ScrapyCrawler``) when first given the spider: Scrapy's ``DropItem`` becomes the
+    crawler's, and the Scrapy spider is the one its methods get. One that cannot be built is
+    PipelineUnavailable: the job stops with the reason."""
 
     class ScrapyPipeline:
         def __init__(self) -> None:
-            cls = item_pipelines.load(ref, _worker_paths())
-            if "from_crawler" in vars(cls):
-                raise ScrapyUnsupported(f"Scrapy item pipeline {ref}: from_crawler is not supported")
-            self.inner = cls()
+            self.cls = item_pipelines.load(ref, _worker_paths())
+            self._inner: Any = None
+
+        def inner(self, spider: ScrapySpider) -> Any:
+            if self._inner is None:
+                try:
+                    self._inner = build_from_crawler(self.cls, spider.scrapy_crawler())  # type: ignore[call-overload]
+                except Exception as exc:
+                    log.exception("Scrapy item pipeline %s cannot be built", ref)
+                    raise item_pipelines.PipelineUnavailable(
+                        f"Scrapy item pipeline {ref[:200]!r} cannot be built: {type(exc).__name__}: {exc}"
+                    ) from exc
+            return self._inner
 
         def open_spider(self, spider: ScrapySpider) -> Any:
-            return _with_spider(getattr(self.inner, "open_spider", None), spider)
+            return _with_spider(getattr(self.inner(spider), "open_spider", None), spider)
 
         def close_spider(self, spider: ScrapySpider) -> Any:
-            return _with_spider(getattr(self.inner, "close_spider", None), spider)
+            return _with_spider(getattr(self.inner(spider), "close_spider", None), spider)
 
         def process_item(self, item: dict[str, Any], spider: ScrapySpider) -> Any:
             try:
-                got = _with_spider(self.inner.process_item, spider, item)
+                got = _with_spider(self.inner(spider).process_item, spider, item)
                 if inspect.isawaitable(got):
                     got = asyncio.run(_wait(got))
             except ScrapyDropItem as exc:

@@ -6,6 +6,8 @@ the same on the class (``crawler.spiders.scrapy_compat``).
 Every Scrapy setting a spider may carry is either mapped onto a job setting (``MAPPED``), honoured
 by the adapter itself (``ADAPTER``), accepted because it changes only Scrapy's own logging or
 console (``NO_EFFECT``), or refused with a one-line message naming it: never a silent difference.
+A setting that is not Scrapy's (``scrapy_names``) is the spider's own, for its own code and its
+item pipelines (``crawler.settings`` in ``from_crawler``): accepted as it is.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from crawler.errors import ConfigError
+from crawler.spiders import scrapy_names
 from crawler.spiders.source import assigned
 
 
@@ -176,9 +179,11 @@ def job_changes(spider: str, custom_settings: Any, attributes: Mapping[str, Any]
             continue
         elif key in _WHY:
             raise ScrapyUnsupported(f"Scrapy spider {spider}: setting {key} is not supported: {_WHY[key]}")
-        else:
+        elif key in scrapy_names.NAMES:
             raise ScrapyUnsupported(f"Scrapy spider {spider}: setting {key} has no counterpart in the crawler "
                                     "(see docs/scrapy.md for those that do)")
+        # Else the spider's own setting (``MONGO_URI``): no Scrapy component reads it, only the
+        # user's code, through ``self.settings`` or a pipeline's ``crawler.settings``, as in Scrapy.
     return changes
 
 
@@ -187,15 +192,6 @@ def pipelines_of(custom_settings: Any) -> list[str]:
     if not isinstance(custom_settings, Mapping) or "ITEM_PIPELINES" not in custom_settings:
         return []
     return _pipelines(custom_settings["ITEM_PIPELINES"])
-
-
-def allowed_codes(custom_settings: Any, attributes: Mapping[str, Any]) -> tuple[bool, frozenset[int]]:
-    """Which failed responses go to the callback instead of the errback, as Scrapy's
-    HttpErrorMiddleware decides: (all of them?, these statuses)."""
-    settings = custom_settings if isinstance(custom_settings, Mapping) else {}
-    every = bool(settings.get("HTTPERROR_ALLOW_ALL", False)) or bool(attributes.get("handle_httpstatus_all"))
-    codes = {*(settings.get("HTTPERROR_ALLOWED_CODES") or ()), *(attributes.get("handle_httpstatus_list") or ())}
-    return every, frozenset(int(c) for c in codes)
 
 
 def _convert(spider: str, key: str, convert: Callable[[Any], Any], value: Any) -> Any:

@@ -146,7 +146,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
                fetch_tasks=1)
     jobs.count_cycle(pipe, job.id, cycle, fetched=len(pages), bytes=nbytes, not_modified=not_modified)
     nodes.count_fetched(pipe, ctx.node, len(pages))
-    ctx.frontier.fetched(job.id, done, lease_timeout=s.lease_timeout, delay=s.delay, pipe=pipe)
+    ctx.frontier.fetched(job.id, done, lease_timeout=s.lease_timeout, delay=s.delay, pipe=pipe, delays=delays)
     pipe.execute()
     if s.render != "never":
         pages = _mark_for_render(ctx, job, token, spider, pages)
@@ -159,6 +159,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
 
 def _page(ctx: Context, e: Entry, r: FetchResult, body_key: str, with_headers: bool, archive: bool, cycle: int,
           cycle_base: float, previous: dict[str, Any] | None) -> FetchedPage:
+    sha1 = r.sha1  # hashed on each read: once a page
     return FetchedPage(
         url=e.url, depth=e.depth, referrer=e.referrer, final_url=r.final_url, status=r.status,
         http_version=r.http_version,
@@ -166,12 +167,12 @@ def _page(ctx: Context, e: Entry, r: FetchResult, body_key: str, with_headers: b
         headers=tuple(r.headers) if with_headers else (),
         request_headers=tuple(r.request_headers) if archive else (),
         error=r.error, fetched_at=r.fetched_at, elapsed=round(r.elapsed, 4), redirects=tuple(r.redirects),
-        body_key=body_key, content_length=len(r.body), content_sha1=r.sha1, content_type=r.content_type,
+        body_key=body_key, content_length=len(r.body), content_sha1=sha1, content_type=r.content_type,
         fetched_by=ctx.node, attempts=e.attempts + 1, request=e.spec,
         etag=r.header("etag") or "", last_modified=r.header("last-modified") or "",
         cycle=cycle, cycle_base=cycle_base, not_modified=r.status == 304,
         # The same bytes as last time: nothing to parse again.
-        unchanged=r.status == 200 and not r.error and (previous or {}).get("content_sha1") == r.sha1,
+        unchanged=r.status == 200 and not r.error and (previous or {}).get("content_sha1") == sha1,
     )
 
 

@@ -36,6 +36,7 @@ from redis import Redis
 from crawler import jobs
 from crawler.frontier import Lease
 from crawler.spiders.pipelines import OpenPipelines, Pipelines
+from crawler.spiders.run import dumps_item
 from crawler.stages.context import Context
 from crawler.state import keys
 from crawler.state.conn import text
@@ -97,7 +98,7 @@ def run(redis: Redis, job_id: str, pipes: Pipelines, records: Sequence[PageRecor
                         out.append(json.loads(outcome))
                     continue
             got = pipes.process(item, r.url)
-            encoded = DROPPED if got.item is None else json.dumps(got.item, ensure_ascii=False, default=str)
+            encoded = DROPPED if got.item is None else dumps_item(got.item)
             if got.item is not None:
                 out.append(json.loads(encoded))
             # The outcome and its counters together, at once: a task killed after this item

@@ -26,7 +26,8 @@ def store_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage]) ->
     see ``hold_for_retry``; SpiderUnavailable when the job's spider or item pipelines cannot be
     loaded here."""
     s = job.settings
-    ctx.frontier.renew(job.id, [(p.url, token) for p in pages], s.lease_timeout)
+    ctx.frontier.renew(job.id, [(p.url, token) for p in pages], s.lease_timeout,
+                       since=min((p.fetched_at for p in pages), default=None))
     store = ctx.page_store(s.store)
     previous = store.previous(job.id, [p.url for p in pages]) if s.periodic else {}
     records = [to_record(job.id, token, ctx.node, p) for p in pages]

@@ -11,18 +11,17 @@ write starts a new file, and the row transaction around the write rolls back to 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import socket
 import uuid
 from datetime import UTC, datetime
-from io import BytesIO, FileIO
-from typing import Any
+from io import FileIO
 from urllib.parse import urlsplit
 
 from isal import isal_zlib
 from warcio.statusandheaders import StatusAndHeaders
-from warcio.warcwriter import WARCWriter
 
 from crawler.store.base import PageRecord, StoreUnavailable
 
@@ -31,16 +30,45 @@ _NS = uuid.UUID("6b1f3c1e-7d0a-4c59-9a55-2f3e0c1d4b7a")
 
 # warcio compresses at level 9, which cost 0.47 ms of a 20 KB page's 0.7 ms of WARC writing.
 # ISA-L's deflate at its level 2 takes 0.05 ms for the same page and output a little smaller than
-# zlib's level 4 (0.31 ms), in the same gzip format every reader takes.
+# zlib's level 4 (0.31 ms), in the same gzip format every reader takes (its levels 0 and 1 are no
+# faster on a page). A small record (a request) costs level 2 ten times what it costs level 0
+# (12 against 1.6 us: the setup of its larger hash tables), for a few bytes it would save.
 GZIP_LEVEL = 2
+SMALL = 2048  # bytes: records up to this size go at SMALL_LEVEL
+SMALL_LEVEL = 0
+WARC_VERSION = "WARC/1.0"
+_HTTP_TYPES = {"response": "application/http; msgtype=response", "request": "application/http; msgtype=request"}
 
 
-def _member(record: Any) -> bytes:
-    """One record as its own gzip member, as WARC readers expect (each record seekable)."""
-    raw = BytesIO()
-    WARCWriter(raw, gzip=False).write_record(record)
-    z = isal_zlib.compressobj(GZIP_LEVEL, isal_zlib.DEFLATED, isal_zlib.MAX_WBITS + 16)
-    return z.compress(raw.getbuffer()) + z.flush()
+def _digest(h: hashlib._Hash) -> str:
+    return "sha1:" + base64.b32encode(h.digest()).decode("ascii")
+
+
+_NOTHING = _digest(hashlib.sha1(b""))  # the payload digest of a request without a body
+
+
+def _record(kind: str, target: str, ids: list[tuple[str, str]], http: StatusAndHeaders | None, payload: bytes,
+            content_type: str = "") -> bytes:
+    """One record as its own gzip member, as WARC readers expect (each record seekable): the
+    bytes warcio's ``WARCWriter`` writes for the same record (tests/unit/store/test_warc.py holds
+    them side by side), built from warcio's own header serialisation but without its stream
+    copies and chunked digests: 0.13 ms for a 20 KB page's two records, against 0.23 through
+    warcio's writer."""
+    # HTTP headers %-encoded as ASCII where they are not, as warcio writes them.
+    head = http.to_ascii_bytes() if http is not None else b""
+    payload_digest = hashlib.sha1(payload) if payload else None
+    if head:
+        block_digest = hashlib.sha1(head)
+        block_digest.update(payload)
+    else:
+        block_digest = payload_digest or hashlib.sha1(b"")
+    warc = StatusAndHeaders("", [*ids, ("WARC-Type", kind), ("WARC-Target-URI", target),
+                                 ("WARC-Payload-Digest", _digest(payload_digest) if payload_digest else _NOTHING),
+                                 ("WARC-Block-Digest", _digest(block_digest)),
+                                 ("Content-Type", content_type or _HTTP_TYPES[kind]),
+                                 ("Content-Length", str(len(head) + len(payload)))], protocol=WARC_VERSION)
+    record = b"".join((warc.to_bytes(encoding="utf-8"), head, payload, b"\r\n\r\n"))
+    return isal_zlib.compress(record, SMALL_LEVEL if len(record) <= SMALL else GZIP_LEVEL, isal_zlib.MAX_WBITS + 16)
 
 
 class WarcFiles:
@@ -77,33 +105,26 @@ class WarcFiles:
         built from the response), a resource record of it too, tied to the response."""
         if rec.status is None:
             return  # nothing came back: there is no exchange to archive
-        writer = WARCWriter(BytesIO(), gzip=False)
         target = rec.final_url or rec.url
         date = datetime.fromtimestamp(rec.fetched_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         resp_id = f"<urn:uuid:{uuid.uuid5(_NS, f'{rec.job_id} {rec.url} {rec.fetch_id} response')}>"
         req_id = f"<urn:uuid:{uuid.uuid5(_NS, f'{rec.job_id} {rec.url} {rec.fetch_id} request')}>"
         headers = [*response_headers, ("Content-Length", str(len(body)))]
-        response = writer.create_warc_record(
-            target, "response", payload=BytesIO(body),
-            http_headers=StatusAndHeaders(str(rec.status), headers, protocol=http_version),
-            warc_headers_dict={"WARC-Record-ID": resp_id, "WARC-Date": date},
-        )
         parts = urlsplit(target)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         method, sent = _method_and_body(rec)
-        request = writer.create_warc_record(
-            target, "request", payload=BytesIO(sent),
-            http_headers=StatusAndHeaders(f"{method} {path} {http_version}", request_headers, is_http_request=True),
-            warc_headers_dict={"WARC-Record-ID": req_id, "WARC-Date": date, "WARC-Concurrent-To": resp_id},
-        )
-        members = _member(request) + _member(response)
+        request = _record("request", target, [("WARC-Record-ID", req_id), ("WARC-Date", date),
+                                               ("WARC-Concurrent-To", resp_id)],
+                          StatusAndHeaders(f"{method} {path} {http_version}", request_headers, is_http_request=True),
+                          sent)
+        response = _record("response", target, [("WARC-Record-ID", resp_id), ("WARC-Date", date)],
+                           StatusAndHeaders(str(rec.status), headers, protocol=http_version), body)
+        members = request + response
         if rendered is not None:
             dom_id = f"<urn:uuid:{uuid.uuid5(_NS, f'{rec.job_id} {rec.url} {rec.fetch_id} rendered')}>"
-            resource = writer.create_warc_record(
-                target, "resource", payload=BytesIO(rendered), warc_content_type="text/html; charset=utf-8",
-                warc_headers_dict={"WARC-Record-ID": dom_id, "WARC-Date": date, "WARC-Concurrent-To": resp_id},
-            )
-            members += _member(resource)
+            members += _record("resource", target, [("WARC-Record-ID", dom_id), ("WARC-Date", date),
+                                                    ("WARC-Concurrent-To", resp_id)], None, rendered,
+                               content_type="text/html; charset=utf-8")
         self._append(memoryview(members))
 
     def _append(self, data: memoryview) -> None:

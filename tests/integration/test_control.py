@@ -183,3 +183,22 @@ def test_metrics_are_prometheus_text_and_logs_carry_worker_errors(r: redis.Redis
     errors = [s for s in families["crawler_job_errors"].samples if s.labels["job"] == job]
     assert [(s.labels["reason"], s.value) for s in errors] == [("timeout", 2)]
     assert any(row["id"] == job for row in control.list_jobs(r))
+
+
+def test_submit_warns_of_a_relative_store_and_of_shards_no_worker_serves(
+        r: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    # A worker serving shards 0 and 1 has been heard from; the job gets 4.
+    nodes.record_heartbeat(r, "w1@probe", shards=[0, 1], interval=2.0)
+    job, warnings = control.submit(r, {"store": "sqlite:///data/c.db", "shards": 4}, ["http://127.0.1.1/"])
+    assert any("'data/c.db' is relative" in w and str(tmp_path / "data" / "c.db") in w for w in warnings), warnings
+    unserved = [w for w in warnings if "no worker of it has ever sent a heartbeat" in w]
+    assert [w.split(":")[0] for w in unserved] == ["shard 2", "shard 3"], warnings
+    # An absolute store on shards every worker serves: nothing to say.
+    _, warnings = control.submit(r, {"store": f"sqlite:///{tmp_path / 'd.db'}", "shards": 2},
+                                 ["http://127.0.1.1/"])
+    assert warnings == [], warnings
+    # `status --wait` on the first job says once why it may wait, then gives up at its timeout.
+    res = cli("status", job, "--wait", "--timeout", "1", "--redis-url", _url(r))
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("shard 2: no worker of it") == 1 and "shard 3: no worker" in res.stderr, res.stderr

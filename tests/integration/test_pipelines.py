@@ -207,3 +207,26 @@ def test_a_pipeline_slower_than_the_lease_sees_each_item_once(
     assert sorted(calls.read_text().splitlines()) == [f"{seed} {i}" for i in range(3)]  # each item once
     assert st["counters"]["fetched"] == 1  # the page was not handed out again meanwhile
     assert sorted(i["i"] for i in _stored_items(store_url, job_id)) == [0, 1, 2]
+
+
+def test_scrapy_pipelines_built_with_from_crawler_run_and_one_that_cannot_be_built_stops_its_job(
+        make_web: Callable[..., TestWeb], workers: Workers, r: redis.Redis, tmp_path: Path) -> None:
+    pytest.importorskip("scrapy")
+    web = make_web(1, 4)
+    workers.start("w", "shard-0,shard-1,shard-2,shard-3")
+    stores = {cls: f"sqlite:///{tmp_path}/{cls}.db" for cls in ("Stamped", "Unbuildable")}
+    spider = "tests/spiders/scrapy_pipeline_spiders.py"
+    submitted = {cls: jobs.submit(r, Settings.from_env(store=store, spider=f"{spider}:{cls}"), web.seeds())
+                 for cls, store in stores.items()}
+    st = wait_done(r, submitted["Stamped"])
+    assert st["status"] == jobs.DONE, st.get("error")
+    items = _stored_items(stores["Stamped"], submitted["Stamped"])
+    assert items and all(i["uri"] == "mongodb://127.0.0.1:1/shop" and i["bot"] == "scrapybot" for i in items)
+    st = wait_done(r, submitted["Unbuildable"])
+    assert st["status"] == jobs.STOPPED
+    assert "NeedsSignals" in st["error"] and "crawler.signals" in st["error"]
+    assert st["counters"]["spider_unavailable"] >= 1 and not st["counters"].get("spider_error:pipeline_init")
+    assert not _stored_items(stores["Unbuildable"], submitted["Unbuildable"])
+    log = (tmp_path / "w.log").read_text()
+    # One traceback, not one per item.
+    assert log.count("Scrapy item pipeline scrapy_pipeline_spiders:NeedsSignals cannot be built") == 1

@@ -170,3 +170,73 @@ def test_the_crawler_imports_no_scrapy_module_unless_a_scrapy_spider_is_used() -
                          check=False)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.splitlines() == ["[]", "Scrapy[QuotesSpider] True"]
+
+
+PARITY_SPIDER = '''
+import datetime
+import decimal
+
+import scrapy
+from scrapy.exceptions import DownloadConnectionRefusedError
+from scrapy.spidermiddlewares.httperror import HttpError
+
+
+class Parity(scrapy.Spider):
+    name = "parity"
+    custom_settings = {"ROBOTSTXT_OBEY": False, "RETRY_TIMES": 0}
+    handle_httpstatus_list = [404]
+
+    def __init__(self, base="", refused="", **kw):
+        super().__init__(**kw)
+        self.base, self.refused = base, refused
+
+    async def start(self):
+        metas = {"none": {}, "empty": {"handle_httpstatus_list": []}, "other": {"handle_httpstatus_list": [500]},
+                 "all": {"handle_httpstatus_all": True}}
+        for tag, meta in metas.items():
+            yield scrapy.Request(f"{self.base}/missing-{tag}", callback=self.got, errback=self.lost,
+                                 meta=meta, cb_kwargs={"tag": tag})
+        yield scrapy.Request(self.refused, callback=self.got, errback=self.lost, cb_kwargs={"tag": "refused"})
+        yield scrapy.Request(self.base + "/", callback=self.typed)
+
+    def got(self, response, tag):
+        yield {"tag": tag, "to": "callback", "status": response.status}
+
+    def lost(self, failure):
+        tag = failure.request.cb_kwargs["tag"]
+        status = failure.value.response.status if failure.check(HttpError) else None
+        yield {"tag": tag, "to": "errback", "type": failure.type.__name__, "status": status,
+               "refused": bool(failure.check(DownloadConnectionRefusedError))}
+
+    def typed(self, response):
+        yield {"tags": {"only-one"}, "price": decimal.Decimal("1.10"), "day": datetime.date(2026, 2, 3),
+               "at": datetime.datetime(2026, 2, 3, 4, 5, 6), "tup": (1, 2)}
+'''
+
+
+def test_failed_requests_and_item_types_reach_the_spider_as_in_scrapy(
+        make_web: Callable[..., TestWeb], tmp_path: Path, workers: Workers, r: redis.Redis, redis_url: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("scrapy")
+    import socket
+
+    monkeypatch.setenv("CRAWLER_SPIDER_PATHS", os.pathsep.join([os.environ["CRAWLER_SPIDER_PATHS"], str(tmp_path)]))
+    _, _, origin = quotes_web(make_web)
+    with socket.socket() as s:  # a port nothing listens on: the connection is refused
+        s.bind(("127.0.0.1", 0))
+        refused = f"http://127.0.0.1:{s.getsockname()[1]}/x"
+    file = tmp_path / "parity_spider.py"
+    file.write_text(PARITY_SPIDER)
+    _two_workers(workers)
+    store = f"sqlite:///{tmp_path / 'parity.db'}"
+    job = _submit(r, redis_url, store, f"{file}:Parity", [], spider_args=[f"base={origin}", f"refused={refused}"])
+    by_scrapy = run_scrapy(file, "Parity", tmp_path, base=origin, refused=refused)
+    st = wait_done(r, job, timeout=180)
+    assert st["status"] == jobs.DONE, (st.get("error"), st.get("counters"))
+    ours = _items(store, job)
+    assert as_set(ours) == as_set(by_scrapy)
+    assert {"tag": "empty", "to": "errback", "type": "HttpError", "status": 404, "refused": False} in ours
+    assert {"tag": "refused", "to": "errback", "type": "DownloadConnectionRefusedError", "status": None,
+            "refused": True} in ours
+    assert {"tags": ["only-one"], "price": "1.10", "day": "2026-02-03", "at": "2026-02-03T04:05:06",
+            "tup": [1, 2]} in ours

@@ -1,6 +1,6 @@
-"""A crawl whose Redis (broker and state alike) is a master under Sentinel: the master is killed
-with SIGKILL mid-crawl, the sentinels promote its replica, and the crawl finishes by itself with
-every page stored once. Real processes throughout: a master, a replica and three sentinels on
+"""A crawl whose Redis (broker and state alike), or whose broker alone, is a master under Sentinel:
+the master is killed with SIGKILL mid-crawl, the sentinels promote its replica, and the crawl
+finishes by itself with every page stored once. Real processes throughout: a master, a replica and three sentinels on
 loopback ports of their own, real Celery workers, a loopback web."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import redis
 
 from crawler import jobs
 from crawler.config.settings import Settings
-from crawler.local.redis_server import find_redis_server, free_port
+from crawler.local.redis_server import RedisServer, find_redis_server, free_port
 from crawler.state import keys
 from crawler.state.conn import connect
 from crawler.store import open_store
@@ -188,6 +188,49 @@ def test_a_crawl_survives_the_loss_of_its_master(sentinels: SentinelGroup, make_
         assert not dead, f"workers exited: {dead}"
     finally:
         w.stop()
+
+
+def test_a_crawl_survives_the_loss_of_its_brokers_master(sentinels: SentinelGroup, make_web, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker apart from the crawl state (``CRAWLER_BROKER_URL``, its master named in the
+    URL): messages the dead master had not replicated come back from leases and link batches."""
+    web: TestWeb = make_web(3, 150)
+    want = web.reachable_urls()
+    state = RedisServer().start()
+    broker_url = f"{sentinels.url}#{MASTER}"
+    monkeypatch.setenv("CRAWLER_REDIS_URL", state.url)
+    monkeypatch.setenv("CRAWLER_BROKER_URL", broker_url)
+    w = Workers(state.url, tmp_path)
+    client = connect(state.url)
+    store_url = f"sqlite:///{tmp_path / 'crawl.db'}"
+    env = {**FAST_RECOVERY, "CRAWLER_BROKER_URL": broker_url, "CRAWLER_SENTINEL_MASTER": "not-the-brokers"}
+    try:
+        for n in ("w0", "w1"):
+            w.start(n, "shard-0,shard-1", env=env)
+        job_id = jobs.submit(client, Settings.from_env(shards=2, per_host=4, concurrency=32, store=store_url),
+                             web.seeds())
+        deadline = time.monotonic() + 60
+        while int(client.hget(keys.counters(job_id), "stored") or 0) < len(want) // 3:
+            assert time.monotonic() < deadline, "the crawl did not get going"
+            time.sleep(0.05)
+        sentinels.kill_master()
+        down = time.monotonic()
+        st = wait_done(client, job_id, timeout=120)  # the state Redis never went away
+        print(f"\nbroker master kill -9: finished {time.monotonic() - down:.1f}s after it went down; "
+              f"counters {st['counters']}")
+        assert sentinels.master_port() == sentinels.ports["replica"]
+        rows = [p["url"] for p in open_store(store_url).pages(job_id)]
+        assert len(rows) == len(set(rows)), "duplicate rows"
+        assert set(rows) == want
+        dead = {n: p.returncode for n, p in w.procs.items() if p.poll() is not None}
+        assert not dead, f"workers exited: {dead}"
+        # The promoted replica carried the work after the failover; the state Redis never did.
+        promoted = redis.Redis(port=sentinels.ports["replica"])
+        assert int(promoted.info("commandstats").get("cmdstat_brpop", {}).get("calls", 0)) > 0
+        assert "cmdstat_brpop" not in redis.Redis(port=state.port).info("commandstats")
+    finally:
+        w.stop()
+        state.stop()
 
 
 def _wait_done_across_failover(client: redis.Redis, job_id: str, timeout: float) -> dict[str, object]:

@@ -150,3 +150,34 @@ def test_tokens_are_told_from_words_slugs_and_numbers() -> None:
     assert token_shape("http://e.com/s?a=1&t=8f3a9c12e4b07d6a5f3e2c1b0a9d8e7f") == "http://e.com/s?a=1&t=*"
     assert token_shape("http://e.com/item?id=12") is None
     assert token_shape("http://e.com/item") is None
+
+
+def test_netloc_of_is_urlsplits_netloc() -> None:
+    """The quick path agrees with urlsplit on every URL, and falls back to it (errors and all)
+    on any it does not recognise as a plain http(s) URL."""
+    import random
+    import string
+    from urllib.parse import urlsplit
+
+    from crawler.urls import netloc_of
+
+    rng = random.Random(5)
+    alphabet = string.printable + "é[]\x00\x7f中"
+    cases = ["http://a.com/x", "https://A.COM:8080?q#f", "http://a.com", "http://[::1]:80/x", "http://a b/",
+             "HTTP://a.com/", "http://u:p@h.com/x", "http://h.com\\x/y", "http://h.com#", "http://\tbad/",
+             "http://é.com/", "http://h.com?x=/y", "https://", "http://a]b/", "http://a.com;x/", " http://a.com/",
+             "http://[::1/"]
+    for _ in range(20_000):
+        cases.append(rng.choice(["http://", "https://", "http:/", "ftp://", ""])
+                     + "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 15)))
+                     + rng.choice(["", "/", "?a", "#f", "/p?q#r"]))
+    for url in cases:
+        try:
+            want: str | type[ValueError] = urlsplit(url).netloc
+        except ValueError:
+            want = ValueError
+        try:
+            got: str | type[ValueError] = netloc_of(url)
+        except ValueError:
+            got = ValueError
+        assert got == want, url

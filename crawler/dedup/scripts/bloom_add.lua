@@ -5,15 +5,25 @@
 -- one batch (a redelivery while the first still runs) can both miss the memo before either adds,
 -- and the second must not then record the first one's bits as "seen".
 local layer, k, m, cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-if tonumber(redis.call('HGET', KEYS[2], 'layers')) ~= layer + 1 then return 'STALE' end
-local filled = tonumber(redis.call('HGET', KEYS[2], 'n:' .. layer) or '0')
+local meta = redis.call('HMGET', KEYS[2], 'layers', 'n:' .. layer)
+if tonumber(meta[1]) ~= layer + 1 then return 'STALE' end
+local filled = tonumber(meta[2] or '0')
 local memo = KEYS[3]
 local out, todo, new = {}, {}, 0
 local n = (#ARGV - 4) / 3
+-- The memo is read a thousand URLs a command (unpack's stack is bounded) and written once per
+-- BITFIELD group.
+local known = {}
+if memo ~= '' then
+  for u0 = 0, n - 1, 1000 do
+    local ids = {}
+    for u = u0, math.min(n, u0 + 1000) - 1 do ids[#ids + 1] = ARGV[7 + 3 * u] end
+    local got = redis.call('HMGET', memo, unpack(ids))
+    for j = 1, #ids do known[u0 + j] = got[j] end
+  end
+end
 for u = 0, n - 1 do
-  local known = false
-  if memo ~= '' then known = redis.call('HGET', memo, ARGV[7 + 3 * u]) end
-  if known then out[u + 1] = known else todo[#todo + 1] = u end
+  if known[u + 1] then out[u + 1] = known[u + 1] else todo[#todo + 1] = u end
 end
 -- Many URLs per BITFIELD call (one call has a per-call cost), few enough to unpack, and never
 -- more than the layer has room for.
@@ -33,6 +43,7 @@ while t0 <= #todo do
     end
   end
   local old = redis.call('BITFIELD', KEYS[1], unpack(args, 1, c))
+  local memos = {}
   for t = t0, t1 do
     local flag = '0'
     local base = (t - t0) * k
@@ -40,8 +51,10 @@ while t0 <= #todo do
       if old[j] == 0 then flag = '1'; new = new + 1; break end
     end
     out[todo[t] + 1] = flag
-    if memo ~= '' then redis.call('HSET', memo, ARGV[7 + 3 * todo[t]], flag) end
+    memos[#memos + 1] = ARGV[7 + 3 * todo[t]]
+    memos[#memos + 1] = flag
   end
+  if memo ~= '' then redis.call('HSET', memo, unpack(memos)) end
   t0 = t1 + 1
 end
 for t = t0, #todo do out[todo[t] + 1] = '?' end

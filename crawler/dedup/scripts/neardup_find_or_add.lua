@@ -65,12 +65,13 @@ local function forget(seq)
   end
 end
 
-local current = tonumber(redis.call('GET', KEYS[1]) or '0')
 -- The number whose share was forgotten last: numbers skipped since (a call that died after
 -- numbering) forget theirs too. None yet on an index numbered before it had a budget: it starts
 -- from there rather than walk every number ever given.
 local FORGOT = P .. 'sh:f'
-local forgot = G > 0 and tonumber(redis.call('GET', FORGOT) or current) or 0
+local got = redis.call('MGET', KEYS[1], FORGOT)
+local current = tonumber(got[1] or '0')
+local forgot = G > 0 and tonumber(got[2] or current) or 0
 local out = {}
 local step = 3 + 2 * nb
 for i = 6, #ARGV, step do

@@ -35,6 +35,7 @@ local new, dup, over, again, over_host, spilled = {}, 0, 0, 0, 0, 0
 -- Pages per host, read once per host and written once per host at the end: a batch's URLs
 -- share few hosts, and the budget is on by default.
 local hostn, grew = {}, {}
+local staged = nil  -- read at the first URL placed (see ``place``)
 local function host_count(host)
   if not hostn[host] then hostn[host] = tonumber(redis.call('HGET', KHOSTN, host) or '0') end
   return hostn[host]
@@ -58,7 +59,11 @@ for i = 12, #ARGV, 4 do
         grew[host] = (grew[host] or 0) + 1
       end
       if not trusted then redis.call('HSET', seen, url, d) end
-      spilled = spilled + place(host, shard, e, now, cap)
+      if staged == nil then staged = cap > 0 and redis.call('EXISTS', KSPSEQ) == 1 end
+      if place(host, shard, e, now, cap, staged) == 1 then
+        spilled = spilled + 1
+        staged = true  -- this host's next URLs go after it
+      end
       new[#new + 1] = url
     end
   elseif cur == 'b' or cur == 's' then
@@ -88,5 +93,6 @@ if over > 0 then redis.call('HINCRBY', cnt, 'dropped_max_pages', over) end
 if over_host > 0 then redis.call('HINCRBY', cnt, 'dropped_host_budget', over_host) end
 if again > 0 then redis.call('HINCRBY', cnt, 'depth_requeued', again) end
 if spilled > 0 then redis.call('HINCRBY', cnt, 'spilled', spilled) end
+count_queued()
 done_check(now)
 return {new, spilled}

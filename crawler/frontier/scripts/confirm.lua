@@ -1,5 +1,5 @@
--- ARGV: prefix, job, lease_deadline, then (url, token) pairs. Returns 1/0 per pair: whether
--- this holder still owns the lease and should fetch.
+-- ARGV: prefix, job, lease_deadline ('' to leave the deadlines as they are), then (url, token)
+-- pairs. Returns 1/0 per pair: whether this holder still owns the lease and should fetch.
 local res = {}
 for i = 4, #ARGV, 2 do
   local l = redis.call('HGET', KLEASE, ARGV[i])
@@ -7,7 +7,7 @@ for i = 4, #ARGV, 2 do
   if l then
     local t, st = parse_lease(l)
     if t == ARGV[i + 1] and st == 'f' then
-      redis.call('ZADD', KLEXP, ARGV[3], ARGV[i])
+      if ARGV[3] ~= '' then redis.call('ZADD', KLEXP, ARGV[3], ARGV[i]) end
       ok = 1
     end
   end

@@ -18,24 +18,33 @@ local out = {}
 local slots = -1
 if redis.call('HGET', KMETA, 'status') == 'running' then
   local cnt = KCNT
-  local busy = tonumber(redis.call('HGET', cnt, 'inflight') or '0') + tonumber(redis.call('HGET', cnt, 'held') or '0')
+  local c = redis.call('HMGET', cnt, 'inflight', 'held')
+  local busy = tonumber(c[1] or '0') + tonumber(c[2] or '0')
   slots = math.min(max_urls, concurrency - busy)
   if busy > 0 and slots < min_free then slots = 0 end
   local total = 0
   if slots > 0 then
     local hosts = redis.call('ZRANGEBYSCORE', rkey, '-inf', now, 'LIMIT', 0, slots)
+    -- Records most jobs never have are looked up per host only when they exist: operators'
+    -- overrides, and the exact seen hash's depths (a Bloom job has none).
+    local overrides = #hosts > 0 and redis.call('EXISTS', KOVR) == 1
+    local depths = #hosts > 0 and redis.call('EXISTS', KSEEN) == 1
     for _, host in ipairs(hosts) do
       if slots <= 0 then break end
       local qkey = P .. 'q:' .. host
       local inf = tonumber(redis.call('HGET', KINF, host) or '0')
       local ipk = ip_key(host)
-      local ipinf = tonumber(redis.call('HGET', KIPINF, ipk) or '0')
-      local hdelay = host_delay(host, delay)
-      local limit = host_limit(host, per_host)
+      local ipinf, waited = ip_inflight(ipk)
+      local limit = per_host
+      if overrides then limit = host_limit(host, per_host) end
       -- per_ip 0: an address takes what one host of it may (its override included).
       local ip_limit = per_ip
       if ip_limit <= 0 then ip_limit = limit end
       local take = math.min(limit - inf, ip_limit - ipinf, slots)
+      -- The host's delay is read only when it matters: for more than one request, or for a host
+      -- that stays due (one at its in-flight limit waits for a request to end instead).
+      local hdelay = 0
+      if take > 1 or inf + math.max(take, 0) < limit then hdelay = host_delay(host, delay) end
       -- With a delay, requests to one host start one at a time, ``delay`` apart.
       if hdelay > 0 and take > 1 then take = 1 end
       local got = 0
@@ -43,8 +52,10 @@ if redis.call('HGET', KMETA, 'status') == 'running' then
         local e = redis.call('LPOP', qkey)
         if not e then break end
         local url = entry_url(e)
-        local best = tonumber(redis.call('HGET', KSEEN, url))
-        if best and best < entry_depth(e) then e = with_depth(e, best) end
+        if depths then
+          local best = tonumber(redis.call('HGET', KSEEN, url))
+          if best and best < entry_depth(e) then e = with_depth(e, best) end
+        end
         local t = token
         if batch > 0 then t = token .. '.' .. math.floor(leased / batch) end
         leased = leased + 1
@@ -60,17 +71,24 @@ if redis.call('HGET', KMETA, 'status') == 'running' then
       if got > 0 then
         redis.call('HSET', KINF, host, inf)
         redis.call('HINCRBY', KIPINF, ipk, got)
-        if hdelay > 0 then redis.call('HSET', KNEXT, host, now + hdelay) end
       end
-      if redis.call('LLEN', qkey) == 0 then
-        redis.call('ZREM', rkey, host)
-      elseif inf >= limit then
+      if inf >= limit then
+        -- Parked until a request of it ends, whatever its queue holds (release_slot looks), and
+        -- that end sets its next time.
         redis.call('ZADD', rkey, PARKED, host)
-      elseif ipinf + got >= ip_limit then
-        redis.call('ZADD', rkey, PARKED, host)
-        redis.call('SADD', P .. 'ipwait:' .. ipk, shard .. ' ' .. host)
       else
-        redis.call('ZADD', rkey, now + hdelay, host)
+        if got > 0 and hdelay > 0 then redis.call('HSET', KNEXT, host, now + hdelay) end
+        if redis.call('LLEN', qkey) == 0 then
+          redis.call('ZREM', rkey, host)
+        elseif ipinf + got >= ip_limit then
+          redis.call('ZADD', rkey, PARKED, host)
+          if redis.call('SADD', P .. 'ipwait:' .. ipk, shard .. ' ' .. host) == 1 and not waited then
+            redis.call('HINCRBY', KIPINF, ipk, WAITING)
+            waited = true
+          end
+        else
+          redis.call('ZADD', rkey, now + hdelay, host)
+        end
       end
     end
   end

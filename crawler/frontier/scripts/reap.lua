@@ -5,13 +5,18 @@
 local now, delay, limit, max_attempts, token = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]),
   tonumber(ARGV[6]), ARGV[7]
 local urls = redis.call('ZRANGEBYSCORE', KLEXP, '-inf', now, 'LIMIT', 0, limit)
-local back, gone, held = 0, {}, 0
+local back, gone, held, freed = 0, {}, 0, 0
 for _, url in ipairs(urls) do
   local l = redis.call('HGET', KLEASE, url)
   redis.call('ZREM', KLEXP, url)
   if l then
     local t, st, shard, host, ipk, e = parse_lease(l)
-    if st == 'f' then release_slot(host, shard, ipk, now, delay) else held = held - 1 end
+    if st == 'f' then
+      release_slot(host, shard, ipk, now, delay)
+      freed = freed + 1
+    else
+      held = held - 1
+    end
     local again, attempts = next_attempt(e)
     if attempts >= max_attempts then
       held = held + 1  -- held again, for the failure to be stored
@@ -21,13 +26,15 @@ for _, url in ipairs(urls) do
       gone[#gone + 1] = shard
     else
       redis.call('HDEL', KLEASE, url)
-      redis.call('LPUSH', P .. 'q:' .. host, again)
-      schedule(host, shard, now, false)
+      local queued = redis.call('LPUSH', P .. 'q:' .. host, again)
+      QUEUED = QUEUED + 1
+      schedule(host, shard, now, false, queued)
       back = back + 1
-      redis.call('HINCRBY', KCNT, 'queued', 1)
     end
   end
 end
 if #urls > 0 then redis.call('HINCRBY', KCNT, 'lease_expired', #urls) end
 if held ~= 0 then redis.call('HINCRBY', KCNT, 'held', held) end
+if freed > 0 then redis.call('HINCRBY', KCNT, 'inflight', -freed) end
+count_queued()
 return {back, gone}

@@ -16,6 +16,7 @@ for i = 6, #ARGV, 2 do
     break
   end
 end
+count_queued()
 if n > 0 then
   redis.call('HSET', KSPREF, host, done)
   redis.call('HINCRBY', KCNT, 'refilled', n)

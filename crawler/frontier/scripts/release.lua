@@ -2,14 +2,19 @@
 -- stored; a page expanded at a depth that cut its links, while a shorter path to it turned up,
 -- goes back to its queue once more instead.
 local now, delay, maxd = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
-local n, again, held = 0, 0, 0
+local n, again, held, freed = 0, 0, 0, 0
 for i = 6, #ARGV, 2 do
   local url = ARGV[i]
   local l = redis.call('HGET', KLEASE, url)
   if l then
     local t, st, shard, host, ipk, e = parse_lease(l)
     if t == ARGV[i + 1] then
-      if st == 'f' then release_slot(host, shard, ipk, now, delay) else held = held + 1 end
+      if st == 'f' then
+        release_slot(host, shard, ipk, now, delay)
+        freed = freed + 1
+      else
+        held = held + 1
+      end
       redis.call('HDEL', KLEASE, url)
       redis.call('ZREM', KLEXP, url)
       local ed = entry_depth(e)
@@ -26,11 +31,14 @@ for i = 6, #ARGV, 2 do
     end
   end
 end
+local open = nil
 if n > 0 then
-  redis.call('HINCRBY', KCNT, 'open', -n)
+  open = redis.call('HINCRBY', KCNT, 'open', -n)
   redis.call('HINCRBY', KCNT, 'stored', n)
 end
 if again > 0 then redis.call('HINCRBY', KCNT, 'depth_requeued', again) end
 if held > 0 then redis.call('HINCRBY', KCNT, 'held', -held) end
-done_check(now)
+if freed > 0 then redis.call('HINCRBY', KCNT, 'inflight', -freed) end
+count_queued()
+done_check(now, open)
 return n

@@ -6,8 +6,7 @@ local deadline, n = tonumber(ARGV[3]), 0
 for i = 4, #ARGV, 2 do
   local l = redis.call('HGET', KLEASE, ARGV[i])
   if l and parse_lease(l) == ARGV[i + 1] then
-    local cur = tonumber(redis.call('ZSCORE', KLEXP, ARGV[i]) or '0')
-    if deadline > cur then redis.call('ZADD', KLEXP, deadline, ARGV[i]) end
+    redis.call('ZADD', KLEXP, 'GT', deadline, ARGV[i])
     n = n + 1
   end
 end

@@ -155,3 +155,43 @@ def test_visible_text_in_c_equals_the_walk_and_leaves_the_tree_as_it_was() -> No
         assert p.text == " ".join(" ".join(walked).split())
         assert etree.tostring(p.root) == before
         assert "var x" not in p.text and "enable js" not in p.text and "nested" not in p.text
+
+
+def test_plain_joins_are_urljoins() -> None:
+    """The quick join answers for the hrefs pages are mostly made of, and wherever it answers it
+    is urljoin's answer (fragment aside, which links drop); for every other href it leaves the
+    answer to urljoin."""
+    import random
+    from urllib.parse import urljoin
+
+    from crawler.parse.html import _join_plain
+
+    base = "http://127.0.1.1:8080/s0/p2.html"
+    assert _join_plain(base, "/s1/p3.html") == "http://127.0.1.1:8080/s1/p3.html"
+    assert _join_plain(base, "p4.html?page=2") == "http://127.0.1.1:8080/s0/p4.html?page=2"
+    for odd in ("../p.html", "./p", "a//b", "p?", "/p;x", "mailto:a@b", "?q=1", "a\tb", "//h.com/x"):
+        assert _join_plain(base, odd) is None, odd
+    rng = random.Random(3)
+    bases = ["http://h.com", "http://h.com/", "http://h.com/a/b.html", "https://h.com:8080/a/b/?q=1",
+             "http://h.com/a//b/c", "http://h.com/a/./b", "http://u@h.com/x;p/y", "HTTP://h.com/a/",
+             "http://h.com/a b/c", "http://h.com/é/ü.html", "http://[::1]/a/b", "http://h.com?x", "http://h.com#f",
+             "http://h.com/a/b/..", "http://h.com/a;x"]
+    atoms = ["a", "b.html", "/", "//", "./", "../", ".", "..", "?", "#", "q=1", "&", ";", ":", "x:y", "\t", "\n",
+             " ", "é", "%2e", "\\", "=", ".hid", "..a", "a..", "?x=\n1", "#fr\tag", "@", "[", "]", "~", "\x00",
+             "\x85", "\u3000"]
+    answered = 0
+    for _ in range(30_000):
+        b = rng.choice(bases)
+        href = "".join(rng.choice(atoms) for _ in range(rng.randint(1, 6))).strip()
+        if not href:
+            continue
+        got = _join_plain(b, href)
+        if got is None:
+            continue
+        answered += 1
+        try:
+            want = urljoin(b, href)
+        except ValueError:
+            want = "(urljoin refuses it)"
+        assert got.split("#", 1)[0] == want.split("#", 1)[0], (b, href)
+    assert answered > 2_000

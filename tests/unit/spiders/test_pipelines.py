@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from crawler.spiders import DropItem, Spider
-from crawler.spiders.pipelines import OpenPipelines, Pipelines, drop_reason
+from crawler.spiders.pipelines import OpenPipelines, Pipelines, PipelineUnavailable, drop_reason
 
 calls: list[str] = []
 
@@ -74,3 +76,23 @@ def test_each_job_has_its_own_set_and_the_oldest_is_closed_past_the_size() -> No
     assert open_sets.jobs() == ["a"]
     open_sets.get("b", WithPipes(), [], [])
     assert calls == ["open", "close"] and a.closed
+
+
+class Unbuildable:
+    built = 0
+
+    def __init__(self) -> None:
+        Unbuildable.built += 1
+        raise KeyError("MONGO_URI")
+
+    def process_item(self, item: dict[str, Any], spider: Spider) -> Any:
+        return item
+
+
+def test_a_pipeline_that_cannot_be_built_stops_its_job_once_not_per_item() -> None:
+    p = Pipelines(Spider(), [Flaky, Unbuildable])
+    with pytest.raises(PipelineUnavailable, match="Unbuildable: constructor raised KeyError") as first:
+        p.process({"a": 1}, "http://h/")
+    with pytest.raises(PipelineUnavailable) as again:
+        p.process({"a": 2}, "http://h/")
+    assert again.value is first.value and Unbuildable.built == 1  # built once, the reason kept

@@ -153,7 +153,7 @@ def test_failures_go_to_the_errback_as_scrapy_raises_them(tmp_path: Path) -> Non
     assert list(errback(_page(req.url, b"no", req, status=404, error="http_4xx"))) == [
         {"lost": "http://h/gone", "status": 404, "kind": "HttpError"}]
     assert list(errback(Page(req.url, error="timeout"))) == [
-        {"lost": "http://h/gone", "status": None, "kind": "TimeoutError"}]
+        {"lost": "http://h/gone", "status": None, "kind": "DownloadTimeoutError"}]
     # A 200 that failed all the same (cut at max_body) is Scrapy's cancelled download, not a page.
     assert list(errback(_page(req.url, b"x", req, status=200, error="too_large"))) == [
         {"lost": "http://h/gone", "status": None, "kind": "IgnoreRequest"}]
@@ -227,9 +227,10 @@ def test_custom_settings_become_the_jobs_settings_unless_a_flag_says_otherwise(t
     ('custom_settings = {"SPIDER_MIDDLEWARES": {"x.Y": 1}}', "scrapy.Spider", "import scrapy",
      "setting SPIDER_MIDDLEWARES"),
     ('custom_settings = {"EXTENSIONS": {}}', "scrapy.Spider", "import scrapy", "setting EXTENSIONS"),
-    ('custom_settings = {"MY_OWN_KNOB": 1}', "scrapy.Spider", "import scrapy",
-     "setting MY_OWN_KNOB has no counterpart"),
-    ("custom_settings = dict(A=1)", "scrapy.Spider", "import scrapy", "custom_settings must be a literal dict"),
+    ('custom_settings = {"CONCURRENT_ITEMS": 50}', "scrapy.Spider", "import scrapy",
+     "setting CONCURRENT_ITEMS has no counterpart"),
+    ("custom_settings = dict(CONCURRENT_ITEMS=1)", "scrapy.Spider", "import scrapy",
+     "custom_settings must be a literal dict"),
     ("@classmethod\ndef from_crawler(cls, crawler):\n    return cls()", "scrapy.Spider", "import scrapy",
      "from_crawler"),
     ("rules = ()", "CrawlSpider", "from scrapy.spiders import CrawlSpider", "CrawlSpider"),
@@ -293,3 +294,174 @@ def test_a_spider_reached_through_its_own_base_class_is_read_as_scrapys(tmp_path
     """))
     got, seeds = prepare(Settings(spider=f"{tmp_path / 's.py'}:S", spider_paths=[str(tmp_path)]), [])
     assert (got.max_depth, got.cookies, got.spider_start_requests, seeds) == (2, True, True, [])
+
+
+# -- parity with Scrapy 2.19 itself: its own middleware, exceptions and JSON encoder as oracles --
+
+@pytest.mark.parametrize("spider_codes", [None, [404], []])
+@pytest.mark.parametrize("settings", [{}, {"HTTPERROR_ALLOWED_CODES": [500]}, {"HTTPERROR_ALLOW_ALL": True}])
+@pytest.mark.parametrize("meta", [{}, {"handle_httpstatus_list": [500]}, {"handle_httpstatus_list": []},
+                                  {"handle_httpstatus_all": True}, {"handle_httpstatus_all": False}])
+def test_which_failed_statuses_reach_the_callback_is_scrapys_httperror_decision(
+        tmp_path: Path, spider_codes: list[int] | None, settings: dict[str, Any], meta: dict[str, Any]) -> None:
+    from scrapy.http import HtmlResponse
+    from scrapy.settings import Settings as ScrapySettings
+    from scrapy.spidermiddlewares.httperror import HttpError, HttpErrorMiddleware
+
+    attr = "" if spider_codes is None else f"    handle_httpstatus_list = {spider_codes!r}\n"
+    source = f"import scrapy\n\nclass S(scrapy.Spider):\n    name = 's'\n    custom_settings = {settings!r}\n{attr}"
+    spider = _load(tmp_path, source, "S")()
+    oracle = HttpErrorMiddleware(ScrapySettings(settings))
+    oracle.crawler = type("C", (), {"spider": spider.scrapy})()  # type: ignore[attr-defined,assignment]
+    for status in (404, 500, 503):
+        req = scrapy.Request("http://h/x", meta=meta)
+        try:
+            oracle.process_spider_input(HtmlResponse("http://h/x", status=status, request=req))
+            scrapy_says = True
+        except HttpError:
+            scrapy_says = False
+        assert spider._accepts(status, meta) is scrapy_says, (status, meta)  # type: ignore[attr-defined]
+
+
+ERRBACK_SPIDER = '''
+import scrapy
+from scrapy.exceptions import CannotResolveHostError, DownloadConnectionRefusedError, DownloadTimeoutError
+from twisted.internet import error
+
+
+class S(scrapy.Spider):
+    name = "s"
+
+    def lost(self, failure):
+        yield {"type": failure.type.__name__,
+               "scrapy": [bool(failure.check(c)) for c in
+                          (DownloadConnectionRefusedError, CannotResolveHostError, DownloadTimeoutError)],
+               "twisted": [bool(failure.check(c)) for c in
+                           (error.ConnectionRefusedError, error.DNSLookupError, error.TimeoutError)]}
+'''
+
+
+def test_errbacks_get_the_exceptions_scrapy_219_raises_and_twisteds_still_match(tmp_path: Path) -> None:
+    from scrapy.utils._download_handlers import wrap_twisted_exceptions
+    from twisted.internet import error
+
+    spider = _load(tmp_path, ERRBACK_SPIDER, "S")()
+    req = Request("http://h/x", errback=scrapy_compat.ERRBACK + "lost")
+    for i, (reason, twisted) in enumerate((("connect", error.ConnectionRefusedError), ("dns", error.DNSLookupError),
+                                           ("timeout", error.TimeoutError))):
+        try:  # what Scrapy's own download handlers turn Twisted's error into
+            with wrap_twisted_exceptions():
+                raise twisted()
+        except Exception as exc:
+            scrapy_raises = type(exc)
+        [got] = list(getattr(spider, req.errback or "")(_page(req.url, b"", req, status=0, error=reason)))
+        assert got["type"] == scrapy_raises.__name__
+        assert got["scrapy"] == [j == i for j in range(3)] and got["twisted"] == [j == i for j in range(3)]
+
+
+def test_items_are_written_as_scrapys_feed_exports_write_them(tmp_path: Path) -> None:
+    import dataclasses
+    import datetime
+    import decimal
+
+    from scrapy.utils.serialize import ScrapyJSONEncoder
+
+    from crawler.spiders.run import dumps_item
+
+    @dataclasses.dataclass
+    class Inner:
+        k: int
+
+    class Part(scrapy.Item):
+        k = scrapy.Field()
+
+    item = {"tags": {"only-one"}, "price": decimal.Decimal("1.10"),
+            "at": datetime.datetime(2026, 2, 3, 4, 5, 6, 7), "day": datetime.date(2026, 2, 3),
+            "tz": datetime.datetime(2026, 2, 3, tzinfo=datetime.UTC), "time": datetime.time(4, 5),
+            "tup": (1, 2), "inner": Inner(1), "part": Part(k=2), "deep": [{"d": decimal.Decimal("2")}]}
+    ours = json.loads(dumps_item(item))
+    assert ours == json.loads(json.dumps(item, cls=ScrapyJSONEncoder))
+    assert ours["tags"] == ["only-one"] and ours["price"] == "1.10" and ours["day"] == "2026-02-03"
+
+
+FROM_CRAWLER_PIPES = '''
+class MongoPipeline:  # the shape of Scrapy's own documentation example
+    def __init__(self, mongo_uri, mongo_db):
+        self.mongo_uri, self.mongo_db = mongo_uri, mongo_db
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        crawler.stats.inc_value("built")
+        return cls(crawler.settings.get("MONGO_URI"), crawler.settings.get("MONGO_DATABASE", "items"))
+
+    def open_spider(self):
+        self.opened = True
+
+    def process_item(self, item):
+        return {**item, "uri": self.mongo_uri, "db": self.mongo_db, "opened": self.opened}
+
+
+class Named:
+    def __init__(self, bot, spider):
+        self.bot, self.spider = bot, spider
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        return cls(crawler.settings.get("BOT_NAME"), crawler.spider.name)
+
+    def process_item(self, item, spider):
+        return {**item, "bot": self.bot, "by": self.spider, "same": spider is self.spider_obj}
+
+    def open_spider(self, spider):
+        self.spider_obj = spider
+
+
+class Signals:
+    @classmethod
+    def from_crawler(cls, crawler):
+        crawler.signals.connect(print, signal=object())
+        return cls()
+
+    def process_item(self, item):
+        return item
+'''
+
+
+def test_item_pipelines_with_from_crawler_get_the_spiders_settings(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from crawler.spiders.pipelines import Pipelines, PipelineUnavailable
+
+    (tmp_path / "fc_pipes.py").write_text(FROM_CRAWLER_PIPES)
+    monkeypatch.setenv("CRAWLER_SPIDER_PATHS", str(tmp_path))
+    source = ("import scrapy\n\nclass S(scrapy.Spider):\n    name = 's'\n"
+              "    custom_settings = {'MONGO_URI': 'mongodb://127.0.0.1:1', "
+              "'ITEM_PIPELINES': {'fc_pipes.MongoPipeline': 1, 'fc_pipes.Named': 2}}\n")
+    cls = _load(tmp_path, source, "S")
+    spider = cls()
+    pipes = Pipelines(spider, list(cls.pipelines))
+    got = pipes.process({"a": 1}, "http://h/")
+    assert got.item == {"a": 1, "uri": "mongodb://127.0.0.1:1", "db": "items", "opened": True,
+                        "bot": "scrapybot", "by": "s", "same": True}, got.counts
+    assert spider.scrapy_crawler().stats.get_value("built") == 1  # type: ignore[attr-defined]
+
+    # One that cannot be built here stops the job with its reason: the same error on every item,
+    # never a traceback per item.
+    (tmp_path / "other.py").write_text(source.replace("fc_pipes.Named", "fc_pipes.Signals"))
+    cls2 = load_class(find(f"{tmp_path / 'other.py'}:S", [str(tmp_path)]))
+    broken = Pipelines(cls2(), list(cls2.pipelines))
+    with pytest.raises(PipelineUnavailable, match=r"crawler\.signals") as first:
+        broken.process({"a": 1}, "http://h/")
+    with pytest.raises(PipelineUnavailable) as again:
+        broken.process({"a": 2}, "http://h/")
+    assert again.value is first.value and "\n" not in str(first.value)
+
+
+def test_scrapys_own_setting_names_are_those_of_the_installed_scrapy(tmp_path: Path) -> None:
+    from scrapy.settings import default_settings
+
+    from crawler.spiders import scrapy_names
+
+    assert {n for n in dir(default_settings) if n.isupper() and not n.startswith("_")} == scrapy_names.NAMES
+    # A setting that is not Scrapy's is the spider's own: accepted, for its code and pipelines.
+    got = _submit(tmp_path, 'custom_settings = {"MONGO_URI": "mongodb://127.0.0.1:1", "DOWNLOAD_DELAY": 2}')
+    assert got.delay == 2.0

@@ -115,6 +115,22 @@ def test_items_past_the_caps_are_counted() -> None:
     assert len(run_page_hook(Many(), "parse", _page(), 5, 10**6).items) == 5
     capped = run_page_hook(Many(), "parse", _page(), 100, 300)
     assert len(capped.items) == 4 and capped.counts["items_capped"] == 16
+    # Which cap, so the crawl's summary can name the setting to raise.
+    assert capped.counts["items_capped:max_item_bytes"] == 16
+    by_count = run_page_hook(Many(), "parse", _page(), 5, 10**6)
+    assert by_count.counts["items_capped:max_items_per_page"] == 15
+
+
+def test_the_crawl_summary_says_how_many_items_were_capped_and_by_which_setting() -> None:
+    from crawler.cli.crawling import capped
+
+    settings = Settings(max_items_per_page=1000)
+    assert capped({"counters": {"stored": 1}}, settings) == ""
+    line = capped({"counters": {"items_capped": 49_000, "items_capped:max_items_per_page": 49_000}}, settings)
+    assert "49000 more not kept" in line and "max_items_per_page=1000 (CRAWLER_MAX_ITEMS_PER_PAGE)" in line
+    both = capped({"counters": {"items_capped": 5, "items_capped:max_items_per_page": 2,
+                                "items_capped:max_item_bytes": 3}}, settings)
+    assert "2 by max_items_per_page" in both and "3 by max_item_bytes=1000000 (CRAWLER_MAX_ITEM_BYTES)" in both
 
 
 def test_allow_and_overrides() -> None:
@@ -242,6 +258,55 @@ def test_spiders_outside_the_listed_directories_are_refused_unread(tmp_path: Pat
     assert type(load("pkg.shop:Shop", "v3", [], paths)).__name__ == "Shop"
     assert Path(sys.modules["pkg.shop"].__file__ or "").is_relative_to(listed)
     for name in ("pkg.shop", "pkg.base", "pkg"):
+        sys.modules.pop(name, None)
+
+
+def _scrapy_project(base: Path, package: str) -> Path:
+    """A ``scrapy startproject`` tree under ``base``: its spider imports the project's items."""
+    (base / package / "spiders").mkdir(parents=True)
+    (base / "scrapy.cfg").write_text(f"[settings]\ndefault = {package}.settings\n")
+    (base / package / "__init__.py").write_text("")
+    (base / package / "spiders" / "__init__.py").write_text("")
+    (base / package / "items.py").write_text("from dataclasses import dataclass\n\n@dataclass\nclass Product:\n"
+                                             "    name: str\n")
+    spider = base / package / "spiders" / "products.py"
+    spider.write_text(f"from crawler.spiders import Spider\nfrom {package}.items import Product\n\n"
+                      "class Products(Spider):\n    version = '1'\n\n"
+                      "    def parse(self, page):\n        yield Product(page.url)\n")
+    return spider
+
+
+def test_a_spider_file_in_a_scrapy_project_imports_the_project_as_scrapy_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    project = tmp_path / "proj"
+    package = f"shopproj_{abs(hash(str(tmp_path))) % 10**8}"
+    spider = _scrapy_project(project, package)
+    ref = f"{spider}:Products"
+    # Only the spiders' directory is listed: the project root above it is not this worker's to
+    # import from, so the spider's import of its project fails, and nothing was added to the path.
+    with pytest.raises(SpiderUnavailable, match="ModuleNotFoundError"):
+        load(ref, "", [], [str(spider.parent)])
+    assert str(project) not in sys.path and package not in sys.modules
+    # The project root listed: the spider's own imports work, as under `scrapy crawl`.
+    got = load(ref, "1", [], [str(spider.parent), str(project)])
+    assert list(run_page_hook(got, "parse", _page(), 10, 10**6).items) == [{"name": "http://h/x"}]
+    assert Path(sys.modules[package].__file__ or "").is_relative_to(project)
+    for name in [m for m in sys.modules if m.startswith(package)]:
+        sys.modules.pop(name, None)
+
+
+def test_crawl_lists_the_scrapy_project_root_of_its_spider_file(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from crawler.spiders.loader import prepare_local
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    project = tmp_path / "proj"
+    package = f"crawlproj_{abs(hash(str(tmp_path))) % 10**8}"
+    spider = _scrapy_project(project, package)
+    settings, _ = prepare_local(Settings(spider=f"{spider}:Products", spider_paths=[]), ["http://127.0.1.1/"])
+    assert settings.spider_paths == [str(project)]  # the crawl's workers import the project from there
+    for name in [m for m in sys.modules if m.startswith(package)]:
         sys.modules.pop(name, None)
 
 

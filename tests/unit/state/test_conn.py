@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crawler.celeryapp.config import sentinel_options
+from crawler.celeryapp.config import brokers, sentinel_options
 from crawler.config.settings import SettingError, Settings
 from crawler.state.conn import SENTINEL_PORT, SentinelURL, connect, is_sentinel, parse_sentinel
 
@@ -22,8 +22,8 @@ def test_the_kombu_form_gives_every_sentinel_the_database_and_the_password() -> 
 
 def test_a_sentinel_url_is_a_setting_and_gives_celery_the_master_name() -> None:
     s = Settings.from_env({"CRAWLER_REDIS_URL": URL, "CRAWLER_SENTINEL_MASTER": "crawl"})
-    assert sentinel_options(s) == {"master_name": "crawl"}
-    assert sentinel_options(Settings.from_env({"CRAWLER_REDIS_URL": "redis://h:6379/0"})) == {}
+    assert sentinel_options(brokers(s)[0]) == {"master_name": "crawl"}
+    assert sentinel_options(brokers(Settings.from_env({"CRAWLER_REDIS_URL": "redis://h:6379/0"}))[0]) == {}
     with pytest.raises(SettingError, match="redis_url"):
         Settings.from_env({"CRAWLER_REDIS_URL": "sentinal://h:1"})
 

@@ -1,0 +1,154 @@
+"""What a page costs the frontier in Redis commands, and the records the cheaper scripts rely on:
+fresh leases left alone, one wake per shard, addresses' waiters flagged in their counts, hosts
+parked without a look at their queues."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from crawler.frontier import Entry, Fetched, Frontier
+from crawler.frontier.core import FRESH, new_token, token_time
+from crawler.frontier.lua import PARKED
+from crawler.local.redis_server import RedisServer
+from crawler.state import keys
+
+JOB = "job-c"
+
+
+def _start(r: redis.Redis) -> Frontier:
+    r.hset(keys.meta(JOB), mapping={"status": "running"})
+    r.sadd(keys.JOBS, JOB)
+    return Frontier(r)
+
+
+def _calls(r: redis.Redis) -> int:
+    return sum(int(v["calls"]) for v in r.info("commandstats").values())
+
+
+@pytest.fixture
+def own() -> Iterator[redis.Redis]:
+    """A Redis of this test's own: its command counts are this test's alone."""
+    with RedisServer() as server:
+        client = redis.Redis.from_url(server.url)
+        yield client
+        client.close()
+
+
+def test_a_page_costs_few_frontier_commands(own: redis.Redis) -> None:
+    # The defaults' cycle per page, over 4 hosts on 4 addresses: dispatch, confirm, fetched,
+    # the renewals of parse and store, release. It took 46 commands a page before the scripts
+    # were cut down (issue 29).
+    f = _start(own)
+    f.admit(JOB, [Entry(f"http://h{h}.test/p{i}") for h in range(4) for i in range(25)], 1, trusted=True)
+    before = _calls(own)
+    stored = rounds = 0
+    while stored < 100 and rounds < 200:
+        rounds += 1
+        d = f.dispatch(JOB, 0, max_urls=64, per_host=1, delay=0.0, lease_timeout=60, concurrency=64, batch=32)
+        leases = [(e.url, tok) for tok, es in d.batches() for e in es]
+        assert len(leases) == 4  # one per host: each host's next URL waits for its last to end
+        assert f.confirm(JOB, leases, 60) == [True] * 4
+        f.fetched(JOB, [Fetched(u, t, 0.0, f"127.0.1.{u[8]}") for u, t in leases], lease_timeout=60, delay=0.0)
+        for _stage in ("parse", "store"):
+            f.renew(JOB, leases, 60, since=time.time())
+        stored += f.release(JOB, leases, delay=0.0)
+    per_page = (_calls(own) - before - 1) / stored  # the INFO that read them is one
+    assert stored == 100
+    assert per_page <= 30, per_page
+    assert own.hlen(keys.host_inflight(JOB)) == 0 and own.hlen(keys.ip_inflight(JOB)) == 0
+    assert own.zcard(keys.ready(JOB, 0)) == 0 and own.hlen(keys.leases(JOB)) == 0
+
+
+def test_fresh_leases_are_left_alone_and_old_ones_renewed(r: redis.Redis) -> None:
+    f = _start(r)
+    f.admit(JOB, [Entry("http://a.test/1"), Entry("http://b.test/1")], 1)
+    now = time.time()
+    d = f.dispatch(JOB, 0, max_urls=10, per_host=1, delay=0, lease_timeout=60, concurrency=10, now=now)
+    assert token_time(d.token) == pytest.approx(now, abs=0.002)
+    leases = [(e.url, d.token) for e, _ in d.items]
+    deadline = {u: r.zscore(keys.lease_expiry(JOB), u) for u, _ in leases}
+    assert f.confirm(JOB, leases, 60) == [True, True]
+    assert {u: r.zscore(keys.lease_expiry(JOB), u) for u, _ in leases} == deadline  # fresh: not renewed
+    assert f.renew(JOB, leases, 60, since=now) == -1
+    assert {u: r.zscore(keys.lease_expiry(JOB), u) for u, _ in leases} == deadline
+    # Past ``FRESH`` of the timeout, both renew, and never shorten a lease.
+    old = now - 60 * FRESH - 1
+    assert f.renew(JOB, leases, 60, since=old) == 2
+    assert all(r.zscore(keys.lease_expiry(JOB), u) > deadline[u] for u, _ in leases)  # type: ignore[operator]
+    old_token = new_token(old)
+    r.hset(keys.leases(JOB), "http://a.test/1", r.hget(keys.leases(JOB), "http://a.test/1").decode()  # type: ignore[union-attr]
+           .replace(d.token, old_token))
+    r.zadd(keys.lease_expiry(JOB), {"http://a.test/1": old + 60})
+    assert f.confirm(JOB, [("http://a.test/1", old_token)], 60) == [True]
+    assert r.zscore(keys.lease_expiry(JOB), "http://a.test/1") >= time.time() + 59  # type: ignore[operator]
+    # Tokens of another form are always renewed.
+    assert token_time("t1") is None
+
+
+def test_hosts_waiting_on_an_address_go_when_it_frees(r: redis.Redis) -> None:
+    f = _start(r)
+    hosts = ["a.test", "b.test", "c.test"]
+    r.hset(keys.host_ip(JOB), mapping=dict.fromkeys(hosts, "10.0.0.1"))
+    f.admit(JOB, [Entry(f"http://{h}/{i}") for h in hosts for i in range(2)], 1)
+    got: list[str] = []
+    for _ in range(20):
+        d = f.dispatch(JOB, 0, max_urls=10, per_host=2, per_ip=1, delay=0, lease_timeout=60, concurrency=10,
+                       now=time.time())
+        assert len(d.items) <= 1  # one request at the address at a time, over its three names
+        if not d.items:
+            break
+        url = d.items[0][0].url
+        got.append(url)
+        if len(got) == 1:
+            assert r.scard(keys.ip_wait(JOB, "10.0.0.1")) == 3  # all three names wait on the address
+        f.fetched(JOB, [Fetched(url, d.token, 0.0, "10.0.0.1")], lease_timeout=60, delay=0)
+        f.release(JOB, [(url, d.token)], delay=0)
+    assert sorted(got) == sorted(f"http://{h}/{i}" for h in hosts for i in range(2))
+    # Nothing is left of the counts or of the waiting flag.
+    assert r.hlen(keys.ip_inflight(JOB)) == 0 and not r.exists(keys.ip_wait(JOB, "10.0.0.1"))
+    assert r.zcard(keys.ready(JOB, 0)) == 0
+
+
+def test_a_shard_has_one_wake_waiting_at_most(r: redis.Redis) -> None:
+    f = _start(r)
+    r.delete(keys.wake(0))
+    for h in range(5):
+        f.admit(JOB, [Entry(f"http://h{h}.test/")], 1)
+    assert r.lrange(keys.wake(0), 0, -1) == [b"1"]
+
+
+def test_a_parked_host_whose_queue_ran_dry_leaves_the_ready_set(r: redis.Redis) -> None:
+    f = _start(r)
+    f.admit(JOB, [Entry("http://a.test/1")], 1)
+    d = f.dispatch(JOB, 0, max_urls=10, per_host=1, delay=0, lease_timeout=60, concurrency=10, now=time.time())
+    assert r.zscore(keys.ready(JOB, 0), "a.test") == PARKED  # parked, its queue not looked at
+    f.fetched(JOB, [Fetched("http://a.test/1", d.token)], lease_timeout=60, delay=0)
+    assert r.zcard(keys.ready(JOB, 0)) == 0
+    f.admit(JOB, [Entry("http://a.test/2")], 1)
+    d = f.dispatch(JOB, 0, max_urls=10, per_host=1, delay=0, lease_timeout=60, concurrency=10, now=time.time())
+    assert [e.url for e, _ in d.items] == ["http://a.test/2"]
+
+
+def test_fetched_takes_the_delays_the_caller_just_set(r: redis.Redis) -> None:
+    f = _start(r)
+    f.admit(JOB, [Entry("http://a.test/1"), Entry("http://a.test/2")], 1)
+    d = f.dispatch(JOB, 0, max_urls=10, per_host=1, delay=0, lease_timeout=60, concurrency=10, now=time.time())
+    before = time.time()
+    f.fetched(JOB, [Fetched("http://a.test/1", d.token)], lease_timeout=60, delay=0, delays={"a.test": 5.0})
+    due = r.zscore(keys.ready(JOB, 0), "a.test")
+    assert due is not None and before + 5 <= due <= time.time() + 5
+    assert float(r.hget(keys.host_next(JOB), "a.test") or 0) == due
+
+
+def test_urls_over_the_cap_in_one_call_are_staged_in_order(r: redis.Redis) -> None:
+    # The first admission of a job looks up no host's staging number (none has one yet): the
+    # URLs it stages still get one each, in order.
+    f = _start(r)
+    got = f.admit(JOB, [Entry(f"http://a.test/{i}") for i in range(5)], 1, queue_cap=2)
+    assert got.spilled == 3 and r.llen(keys.host_queue(JOB, "a.test")) == 2
+    assert [(seq, entry.split(" ")[-2]) for _, _, seq, entry in f.staged(JOB)] == \
+        [(1, "http://a.test/2"), (2, "http://a.test/3"), (3, "http://a.test/4")]
