@@ -108,8 +108,9 @@ def close_pipelines(**_: Any) -> None:
 
 def on_heartbeat(sender: Any, **_: Any) -> None:
     try:
-        record_heartbeat(_client(), sender.eventer.hostname, shards=shards_of(sender.eventer.app),
-                         interval=float(sender.interval))
+        app = sender.eventer.app
+        record_heartbeat(_client(), sender.eventer.hostname, shards=shards_of(app), interval=float(sender.interval),
+                         render="render" in list(app.amqp.queues.consume_from or ()))
     except Exception:  # a status record must never disturb the heartbeat itself
         pass
 

@@ -28,7 +28,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             break
         if not told:  # a wait that may never end says why once, at its start
             told = True
-            for line in control.shard_lines(client, st["shards"]):
+            for line in control.worker_lines(client, st):
                 print(f"crawler status: {line}", file=sys.stderr)
         if deadline and time.monotonic() > deadline:
             print(f"crawler status: job {args.job} still {st['status']} after {args.timeout}s", file=sys.stderr)
@@ -43,7 +43,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if st.get("error"):
         print(f"  error: {redact(st['error'])}")
     print(f"  queued: {st['queued_in_redis']} in Redis, {st['queued_in_store']} in the store")
-    for line in control.shard_lines(client, st["shards"]):
+    for line in control.worker_lines(client, st):
         print(f"  {line}")
     for w in st.get("robots_wait", [])[:5]:
         print(f"  waiting on robots.txt: {w['origin']} ({w['reason']}) until "

@@ -138,6 +138,7 @@ def submit(r: Redis, values: Mapping[str, Any], seeds: list[str], by: str = "") 
     job_id = jobs.submit(r, settings, seeds, by=by)
     # A shard no worker serves holds its hosts' URLs for ever: say so now, not after a silent wait.
     warnings += shard_lines(r, takeover.shard_states(r, settings.shards))
+    warnings += render_lines(r, settings.render)
     return job_id, warnings
 
 
@@ -162,6 +163,23 @@ def status(r: Redis, job_id: str, with_hosts: bool = False) -> dict[str, Any]:
     if with_hosts:
         st["hosts"] = jobs.hosts(r, job_id)
     return st
+
+
+def render_lines(r: Redis, render: str) -> list[str]:
+    """A line for a job that renders while no live worker consumes the render queue (its pages
+    would wait there unseen), once some worker has been heard from."""
+    if render == "never":
+        return []
+    live = [n for n in nodes.nodes(r) if n["state"] == "alive"]
+    if not live or any(n.get("render") for n in live):
+        return []
+    return [f"render={render}: no live worker consumes the render queue; pages to render wait there "
+            f"(start `celery -A crawler worker -Q render`)"]
+
+
+def worker_lines(r: Redis, st: dict[str, Any]) -> list[str]:
+    """What a job lacks of workers: shards nobody serves, a render queue nobody reads."""
+    return shard_lines(r, st["shards"]) + render_lines(r, json.loads(st["settings"]).get("render", "never"))
 
 
 def shard_lines(r: Redis, states: list[dict[str, Any]], heard_any: bool | None = None) -> list[str]:

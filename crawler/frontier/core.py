@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from redis import Redis
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 from redis.typing import EncodableT, FieldT
 
 from crawler.frontier import liveshards, lua
@@ -37,6 +38,7 @@ class Dispatched:
     next_due: float | None  # when the shard's earliest waiting host is due, if any
     saturated: bool = False  # the job's concurrency is spent: more is due than could go
     batch: int = 0  # URLs per fetch task; each batch is leased under a token of its own
+    inflight: int = 0  # the job's requests in flight once these are leased
 
     def batches(self) -> list[tuple[str, list[Entry]]]:
         """(lease token, entries) per fetch task. Distinct tokens keep the tasks' body keys and
@@ -45,6 +47,15 @@ class Dispatched:
             return [(self.token, [e for e, _ in self.items])] if self.items else []
         return [(f"{self.token}.{k // self.batch}", [e for e, _ in self.items[k : k + self.batch]])
                 for k in range(0, len(self.items), self.batch)]
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """A shard's ready set as the dispatcher weighs it (``Frontier.readiness``)."""
+
+    due: int  # hosts due now
+    live: int  # hosts not parked (due now or later)
+    earliest: float | None  # when the first of those is due
 
 
 def merged_batches(token: str, batch: int,
@@ -232,12 +243,13 @@ class Frontier:
         so one dispatcher's shards fill fetch tasks together (see ``merged_batches``)."""
         now = time.time() if now is None else now
         token = token or new_token(now)
-        flat, nxt, slots = self._call(self._dispatch, job, shard, now, max_urls, per_host, delay,
-                                      now + lease_timeout, token, concurrency, per_ip, batch, min_free, offset)
+        flat, nxt, slots, inflight = self._call(self._dispatch, job, shard, now, max_urls, per_host, delay,
+                                                now + lease_timeout, token, concurrency, per_ip, batch, min_free,
+                                                offset)
         items = [(Entry.decode(flat[i]), flat[i + 1].decode()) for i in range(0, len(flat), 2)]
         due = float(nxt) if nxt else None
         return Dispatched(token, items, due if due is not None and due < lua.PARKED else None, int(slots) == 0,
-                          batch)
+                          batch, int(inflight))
 
     def confirm(self, job: str, leases: Sequence[Lease], lease_timeout: float) -> list[bool]:
         """Before fetching: which of these leases the caller still holds (a redelivered batch
@@ -270,17 +282,46 @@ class Frontier:
         return int(self._call(self._renew, job, deadline, *_flat(leases)))
 
     def fetched(self, job: str, done: Sequence[Fetched], *, lease_timeout: float, delay: float,
-                pipe: object | None = None, delays: Mapping[str, float] | None = None) -> None:
+                pipe: Any = None, delays: Mapping[str, float] | None = None) -> None:
         """The requests are over: free their hosts' slots (the host may go again after its
         delay), learn the hosts' addresses, renew the leases until the pages are stored, and send
         those with a ``retry_at`` to wait out their backoff. ``delays``: the hosts' own delays
-        as the caller has just set them (``set_host_delays``), so the script need not read them."""
+        as the caller has just set them (``set_host_delays``), so the script need not read them.
+        ``pipe``: the caller's pipeline (not a transaction), which gets the script last and is
+        executed here, raising its first error as ``execute`` would."""
+        args: list[str | int | float] = []
         if done:
             now = time.time()
             own = delays or {}
-            flat = [part for f in done
-                    for part in (f.url, f.token, f.retry_at, f.ip, own.get(host_key(f.url), "") if own else "")]
-            self._call(self._fetched, job, now, now + lease_timeout, delay, *flat, client=pipe)
+            args = [now, now + lease_timeout, delay,
+                    *(part for f in done
+                      for part in (f.url, f.token, f.retry_at, f.ip, own.get(host_key(f.url), "") if own else ""))]
+        if pipe is None:
+            if done:
+                self._call(self._fetched, job, *args)
+            return
+        if done:
+            # EVALSHA on the pipeline itself: given the Script, redis-py would first ask Redis
+            # whether it is loaded (SCRIPT EXISTS), a round trip more on every fetch task.
+            script_keys = lua.job_keys(job)
+            pipe.evalsha(self._fetched.sha, len(script_keys), *script_keys, keys.prefix(job), job, *args)
+        results = pipe.execute(raise_on_error=False)
+        if done and isinstance(results[-1], NoScriptError):  # a Redis restarted or failed over
+            results[-1] = self._call(self._fetched, job, *args)
+        failed = next((r for r in results if isinstance(r, Exception)), None)
+        if failed is not None:
+            raise failed
+
+    def host_politeness(self, job: str, hosts: Sequence[str]) -> tuple[list[HostOverride | None], list[float | None]]:
+        """The operator's overrides and the hosts' own delays, in one round trip."""
+        if not hosts:
+            return [], []
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hmget(keys.host_overrides(job), list(hosts))
+        pipe.hmget(keys.host_delays(job), list(hosts))
+        overrides, delays = pipe.execute()
+        return ([None if raw is None else HostOverride.decode(text(raw)) for raw in overrides],
+                [None if raw is None else float(raw) for raw in delays])
 
     def release(self, job: str, leases: Sequence[Lease], *, delay: float, max_depth: int = 0) -> int:
         """The pages are stored: end their leases. Returns how many this call ended."""
@@ -298,15 +339,24 @@ class Frontier:
         abandoned = [(Entry.decode(gone[i]), int(gone[i + 1])) for i in range(0, len(gone), 2)]
         return Reaped(int(back), token, abandoned)
 
-    def readiness(self, job: str, shard: int, now: float) -> tuple[int, int, int]:
-        """(hosts of the shard due now, hosts it has that are not parked, requests in flight or
-        held): what the dispatcher weighs before leasing a small batch."""
+    def readiness(self, job: str, shards: Sequence[int], now: float) -> tuple[dict[int, Readiness], int]:
+        """Per shard, its hosts due now, its hosts not parked and when the earliest of those is
+        due; and the job's requests in flight or held: what the dispatcher weighs before leasing,
+        in one round trip for all its shards."""
         pipe = self.redis.pipeline(transaction=False)
-        pipe.zcount(keys.ready(job, shard), "-inf", now)
-        pipe.zcount(keys.ready(job, shard), "-inf", f"({lua.PARKED:.0f}")
+        unparked = f"({lua.PARKED:.0f}"
+        for shard in shards:
+            pipe.zcount(keys.ready(job, shard), "-inf", now)
+            pipe.zcount(keys.ready(job, shard), "-inf", unparked)
+            pipe.zrangebyscore(keys.ready(job, shard), "-inf", unparked, start=0, num=1, withscores=True)
         pipe.hmget(keys.counters(job), "inflight", "held")
-        due, live, (inflight, held) = pipe.execute()
-        return int(due), int(live), int(inflight or 0) + int(held or 0)
+        got = pipe.execute()
+        inflight, held = got[-1]
+        out = {}
+        for i, shard in enumerate(shards):
+            due, live, first = got[3 * i: 3 * i + 3]
+            out[shard] = Readiness(int(due), int(live), float(first[0][1]) if first else None)
+        return out, int(inflight or 0) + int(held or 0)
 
     def promote(self, job: str, *, now: float | None = None, limit: int = 1000) -> float | None:
         """Move retries whose backoff is over back to their host queues; return when the next

@@ -17,13 +17,13 @@ from typing import Any
 import redis
 
 from crawler.frontier import liveshards, takeover
-from crawler.frontier.core import Dispatched, Frontier, merged_batches, new_token
+from crawler.frontier.core import Dispatched, Frontier, Readiness, merged_batches, new_token
 from crawler.frontier.liveshards import LiveSet
 from crawler.frontier.rebalance import rebalance_if_changed
 from crawler.frontier.sharding import standby
 from crawler.state import jobconf as jobcache
 from crawler.state import joblog, keys
-from crawler.state.conn import block_timeout
+from crawler.state.conn import MIN_BLOCK, block_timeout
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ SendRefill = Callable[[str, int], None]  # (job, shard): URLs wait in the job's 
 IDLE_WAIT = 1.0  # longest sleep while jobs run: bounds how late an expired lease is noticed
 IDLE_SLEEP = 5.0  # sleep with no job running; admissions wake it at once, this bounds a lost wake
 BUSY_WAIT = 0.05  # poll interval while a job's concurrency is spent
-LINGER = 0.005  # after a wake, let more completions arrive so batches fill
+LINGER = 0.005  # after a wake, let more completions arrive so batches fill (see Dispatcher.run)
 BATCH_WINDOW = 0.03  # seconds; see Dispatcher._hold_for_batch
 REAP_EVERY = 1.0
 # How often a job's store is asked for more URLs while some wait there: each refill brings a low
@@ -70,6 +70,9 @@ class Dispatcher:
         self._last_dispatch: dict[str, float] = {}
         self._last_refill: dict[str, float] = {}
         self._last_check = 0.0
+        # Whether the last tick left more than one request in flight (or held a batch back):
+        # only then can a wake's linger gather more completions into one batch.
+        self._crowded = True
         self.live = LiveSet()
 
     def _check_live(self, now: float) -> None:
@@ -99,6 +102,7 @@ class Dispatcher:
         if not active:
             return IDLE_SLEEP  # sleep on the wake lists: the next job or cycle pushes a wake
         wake_at = now + IDLE_WAIT
+        crowded = False
         if len(self._last_reap) > len(active):
             # Finished jobs' entries go, or a worker serving job after job keeps them all.
             keep = set(active)
@@ -127,21 +131,32 @@ class Dispatcher:
             if due is not None:
                 wake_at = min(wake_at, due)
             mine = [shard for shard in self.shards if shard < s.shards]
+            if not mine:
+                continue
             want = min_free(s.concurrency, s.fetch_batch)
-            hold = self._hold_for_batch(job_id, mine, s.per_host, s.delay, s.autothrottle, want, now)
+            ready, busy = self.frontier.readiness(job_id, mine, now)
+            hold = self._hold_for_batch(job_id, ready, busy, s.per_host, s.delay, s.autothrottle, want, now)
             if hold is not None:
                 wake_at = min(wake_at, hold)
+                crowded = True
                 continue
             # One token for all of this dispatcher's shards: their URLs fill fetch tasks together.
             token = new_token(now)
             parts: list[tuple[int, Dispatched]] = []
             for shard in mine:
+                earliest = ready[shard].earliest
+                if not ready[shard].due:
+                    # Nothing to lease there (a script call would only say when it is next due).
+                    if earliest is not None:
+                        wake_at = min(wake_at, earliest)
+                    continue
                 d = self.frontier.dispatch(job_id, shard, max_urls=s.concurrency, per_host=s.per_host,
                                            delay=s.delay, lease_timeout=s.lease_timeout,
                                            concurrency=s.concurrency, per_ip=s.per_ip, now=now,
                                            batch=s.fetch_batch, min_free=want, token=token,
                                            offset=sum(len(done.items) for _, done in parts))
                 parts.append((shard, d))
+                crowded = crowded or d.inflight > 1
                 if d.saturated:
                     wake_at = min(wake_at, now + BUSY_WAIT)
                 elif d.next_due is not None:
@@ -150,10 +165,11 @@ class Dispatcher:
                 self.send_fetch(job_id, shard, lease_token, [e.encode() for e in entries])
             if any(d.items for _, d in parts):
                 self._last_dispatch[job_id] = now
+        self._crowded = crowded
         return max(0.0, wake_at - time.time())
 
-    def _hold_for_batch(self, job_id: str, shards: Sequence[int], per_host: int, delay: float, adaptive: bool,
-                        want: int, now: float) -> float | None:
+    def _hold_for_batch(self, job_id: str, ready: dict[int, Readiness], busy: int, per_host: int, delay: float,
+                        adaptive: bool, want: int, now: float) -> float | None:
         """When to dispatch the job's shards instead of now, or None to dispatch now. Under
         per-host delays each due host gives one URL, and hosts come due one by one as their
         delays pass: leasing whatever is due at each wake makes fetch tasks of one or two URLs,
@@ -161,14 +177,14 @@ class Dispatcher:
         shard). So while requests are in flight, a job leased less than ``BATCH_WINDOW`` ago
         waits for the window to end unless a full batch is due already, or every host is."""
         last = self._last_dispatch.get(job_id)
-        if last is None or now - last >= BATCH_WINDOW or not shards:
+        if last is None or now - last >= BATCH_WINDOW:
             return None
-        due = live = busy = 0
-        for shard in shards:
-            d, lv, busy = self.frontier.readiness(job_id, shard, now)
-            due, live = due + d, live + lv
+        due = sum(r.due for r in ready.values())
+        live = sum(r.live for r in ready.values())
         per_due_host = 1 if delay > 0 or adaptive else max(1, per_host)
-        if busy == 0 or due * per_due_host >= want or (due and due >= live):
+        # Nothing due: no batch to fill, and the tick wakes when the earliest host is due, not at
+        # the window's end (a lone host's delay is a few ms).
+        if busy == 0 or due == 0 or due * per_due_host >= want or due >= live:
             return None
         return last + BATCH_WINDOW
 
@@ -211,8 +227,14 @@ class Dispatcher:
         while not self._stop.is_set():
             try:
                 wait = self.tick()
+                if wait <= 0:
+                    continue
+                if wait < MIN_BLOCK:
+                    # BLPOP sleeps MIN_BLOCK at least; a host due sooner (a lone host's adaptive
+                    # delay is about one response time) is waited for exactly.
+                    self._stop.wait(wait)
                 # Never a fraction Redis 6.2 reads as "for ever", never past the socket timeout.
-                if wait > 0 and self.redis.blpop(wake_keys, timeout=block_timeout(wait)):
+                elif self.redis.blpop(wake_keys, timeout=block_timeout(wait)) and self._crowded:
                     time.sleep(LINGER)
             except redis.RedisError as exc:
                 log.warning("dispatcher: redis unavailable (%s); retrying", exc)

@@ -54,14 +54,17 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
         "--webrtc-ip-handling-policy=disable_non_proxied_udp",
         "--force-webrtc-ip-handling-policy=disable_non_proxied_udp"]
 
-TIMER_WAIT = 3.0  # seconds from navigation within which a page's pending timers hold its reading
+TIMER_WAIT = 3.0  # a timer of at most this many seconds, set within as many of navigation, holds the reading
 POLL = 0.05  # seconds between looks at a page that is not yet settled
 CLOSE_WAIT = 5.0  # seconds a page's context may take to close before its browser is restarted
-PARTIAL_READ = 1.0  # seconds to read the DOM of a page past its deadline (its script may never yield)
+# Seconds to read the DOM of a page past its deadline (its script may never yield); a busy page's
+# renderer on a loaded machine took more than 1 s to answer.
+PARTIAL_READ = 2.0
 
 # Runs in every frame before the page's scripts. Records when the document last changed and
-# which timers due within TIMER_WAIT of navigation are pending, so that content a script adds on
-# a timer is waited for (a timer re-armed forever stops counting at TIMER_WAIT). Removes the
+# which timers of at most TIMER_WAIT, set within TIMER_WAIT of navigation, are pending, so that
+# content a script adds on a timer is waited for, however late a slow load ran the script (a
+# timer re-armed forever stops counting TIMER_WAIT after navigation). Removes the
 # page's means of opening peer-to-peer or UDP connections, which no route handler sees.
 INIT_SCRIPT = """(() => {
   const w = window, now = () => performance.now(), pending = new Set();
@@ -73,7 +76,9 @@ INIT_SCRIPT = """(() => {
     .observe(document, {subtree: true, childList: true, characterData: true, attributeFilter: ["href", "src"]});
   const set = w.setTimeout, clearT = w.clearTimeout, clearI = w.clearInterval;
   w.setTimeout = function (fn, ms, ...args) {
-    if (typeof fn !== "function" || now() + (Number(ms) || 0) > TIMER_WAIT_MS) return set.call(w, fn, ms, ...args);
+    if (typeof fn !== "function" || now() > TIMER_WAIT_MS || (Number(ms) || 0) > TIMER_WAIT_MS) {
+      return set.call(w, fn, ms, ...args);
+    }
     const id = set.call(w, function () { pending.delete(id); return fn.apply(this, arguments); }, ms, ...args);
     pending.add(id);
     return id;

@@ -147,7 +147,6 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     jobs.count_cycle(pipe, job.id, cycle, fetched=len(pages), bytes=nbytes, not_modified=not_modified)
     nodes.count_fetched(pipe, ctx.node, len(pages))
     ctx.frontier.fetched(job.id, done, lease_timeout=s.lease_timeout, delay=s.delay, pipe=pipe, delays=delays)
-    pipe.execute()
     if s.render != "never":
         pages = _mark_for_render(ctx, job, token, spider, pages)
     if s.sitemaps and policies:

@@ -137,7 +137,10 @@ class Politeness:
             hosts.setdefault(host_key(r.url), []).append(r)
         names = list(hosts)
         # An operator's delay for a host replaces the job's as that host's floor.
-        overrides = self._frontier.host_overrides(job.id, names)
+        if s.autothrottle:
+            overrides, current = self._frontier.host_politeness(job.id, names)
+        else:
+            overrides, current = self._frontier.host_overrides(job.id, names), []
         floors: dict[str, float] = {}
         for host, override in zip(names, overrides, strict=True):
             policy = policies.get(origin_of(hosts[host][0].url))
@@ -147,7 +150,6 @@ class Politeness:
         if not s.autothrottle:
             owned = {h for h, o in zip(names, overrides, strict=True) if o is not None and o.delay is not None}
             return {h: f for h, f in floors.items() if f > s.delay or h in owned}
-        current = self._frontier.host_delays(job.id, names)
         out: dict[str, float] = {}
         for host, own in zip(names, current, strict=True):
             d = own if own is not None else floors[host]

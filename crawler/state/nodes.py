@@ -20,7 +20,8 @@ GONE_AFTER = 30  # heartbeats missed before a silent node counts as gone
 
 
 def record_heartbeat(client: Redis, node: str, *, shards: list[int], interval: float,
-                     now: float | None = None) -> dict[str, Any]:
+                     now: float | None = None, render: bool = False) -> dict[str, Any]:
+    """``render``: the node consumes the render queue."""
     now = time.time() if now is None else now
     raw, fetched = client.hget(keys.NODES, node), client.hget(keys.NODE_FETCHED, node)
     prev = json.loads(raw) if raw else {}
@@ -28,7 +29,7 @@ def record_heartbeat(client: Redis, node: str, *, shards: list[int], interval: f
     rate = 0.0
     if prev and not prev.get("offline") and now > prev["last"]:
         rate = max(0.0, (fetched_n - prev["fetched"]) / (now - prev["last"]))
-    rec = {"node": node, "pid": os.getpid(), "shards": shards, "last": now, "interval": interval,
+    rec = {"node": node, "pid": os.getpid(), "shards": shards, "render": render, "last": now, "interval": interval,
            "fetched": fetched_n, "pages_per_s": round(rate, 2), "started": prev.get("started", now)
            if not prev.get("offline") else now, "offline": False}
     client.hset(keys.NODES, node, json.dumps(rec))

@@ -202,3 +202,18 @@ def test_submit_warns_of_a_relative_store_and_of_shards_no_worker_serves(
     res = cli("status", job, "--wait", "--timeout", "1", "--redis-url", _url(r))
     assert res.returncode == 2, res.stderr
     assert res.stderr.count("shard 2: no worker of it") == 1 and "shard 3: no worker" in res.stderr, res.stderr
+
+
+def test_a_rendering_job_with_no_render_worker_says_so_at_submit_and_in_status(r: redis.Redis, tmp_path: Path) -> None:
+    nodes.record_heartbeat(r, "w1@probe", shards=[0, 1], interval=2.0)
+    values = {"store": f"sqlite:///{tmp_path / 'r.db'}", "shards": 2, "render": "auto"}
+    job, warnings = control.submit(r, values, ["http://127.0.1.1/"])
+    assert [w for w in warnings if "no live worker consumes the render queue" in w], warnings
+    res = cli("status", job, "--redis-url", _url(r))
+    assert "render=auto: no live worker consumes the render queue" in res.stdout, res.stdout
+    # A worker of the render queue heard from: nothing to say.
+    nodes.record_heartbeat(r, "w2@probe", shards=[], interval=2.0, render=True)
+    assert control.render_lines(r, "auto") == []
+    res = cli("status", job, "--redis-url", _url(r))
+    assert "render queue" not in res.stdout, res.stdout
+    assert control.render_lines(r, "never") == []

@@ -152,3 +152,58 @@ def test_urls_over_the_cap_in_one_call_are_staged_in_order(r: redis.Redis) -> No
     assert got.spilled == 3 and r.llen(keys.host_queue(JOB, "a.test")) == 2
     assert [(seq, entry.split(" ")[-2]) for _, _, seq, entry in f.staged(JOB)] == \
         [(1, "http://a.test/2"), (2, "http://a.test/3"), (3, "http://a.test/4")]
+
+
+def test_fetched_on_a_pipeline_asks_no_script_exists_and_survives_a_script_flush(own: redis.Redis) -> None:
+    f = _start(own)
+    f.admit(JOB, [Entry(f"http://a.test/{i}") for i in range(3)], 1)
+    for flush in (False, True):
+        d = f.dispatch(JOB, 0, max_urls=10, per_host=1, delay=0, lease_timeout=60, concurrency=10, now=time.time())
+        (entry, _host), = d.items
+        if flush:
+            own.script_flush()  # as after a restart or a failover: the script must be loaded again
+        before = own.info("commandstats")
+        pipe = own.pipeline(transaction=False)
+        pipe.hincrby(keys.counters(JOB), "mine", 1)
+        f.fetched(JOB, [Fetched(entry.url, d.token)], lease_timeout=60, delay=0, pipe=pipe)
+        after = own.info("commandstats")
+        # Executed here, the caller's commands with it; the lease is now "fetched".
+        assert int(own.hget(keys.counters(JOB), "mine") or 0) == 1 + flush
+        assert own.hget(keys.leases(JOB), entry.url).split(b" ")[1] == b"d"
+        asked = int(after.get("cmdstat_script|exists", {}).get("calls", 0)) - int(
+            before.get("cmdstat_script|exists", {}).get("calls", 0))
+        assert asked == 0
+        f.release(JOB, [(entry.url, d.token)], delay=0)
+    # With nothing fetched the caller's pipeline is executed all the same.
+    pipe = own.pipeline(transaction=False)
+    pipe.hincrby(keys.counters(JOB), "mine", 1)
+    f.fetched(JOB, [], lease_timeout=60, delay=0, pipe=pipe)
+    assert int(own.hget(keys.counters(JOB), "mine") or 0) == 3
+
+
+def test_a_lone_hosts_next_url_goes_when_its_delay_ends_not_after_a_batch_window(r: redis.Redis, tmp_path) -> None:
+    from crawler import jobs
+    from crawler.config.settings import Settings
+    from crawler.frontier.dispatcher import BATCH_WINDOW, Dispatcher
+
+    settings = Settings.from_env(store=f"sqlite:///{tmp_path}/c.db", shards=1)
+    job_id = jobs.submit(r, settings, ["http://lone.test/"])
+    Frontier(r).admit(job_id, [Entry(f"http://lone.test/{i}") for i in range(3)], 1)
+    sent: list[tuple[str, int, str, list[str]]] = []
+    d = Dispatcher(r, [0], lambda *a: sent.append(a), lambda *a: None)
+    now = time.time()
+    d.tick(now)
+    (_job, _shard, token, (entry,)), = sent
+    # One request in flight: a wake's linger could gather no other completion.
+    assert d._crowded is False
+    # The page is fetched (and held for parse and store); the host's own delay is 4 ms.
+    f = Frontier(r)
+    f.fetched(job_id, [Fetched(Entry.decode(entry).url, token)], lease_timeout=60, delay=0,
+              delays={"lone.test": 0.004})
+    r.hincrby(keys.counters(job_id), "held", 1)
+    wait = d.tick(time.time())
+    # Woken when the host is due, not at the end of the batch window.
+    assert wait <= 0.004 < BATCH_WINDOW, wait
+    time.sleep(0.005)
+    d.tick(time.time())
+    assert len(sent) == 2

@@ -167,25 +167,14 @@ def test_a_crawl_survives_the_loss_of_its_master(sentinels: SentinelGroup, make_
     client = connect(sentinels.url, sentinel_master=MASTER)
     store_url = f"sqlite:///{tmp_path / 'crawl.db'}"
     try:
-        for n in ("w0", "w1"):
-            w.start(n, "shard-0,shard-1", env=FAST_RECOVERY)
-        job_id = jobs.submit(client, Settings.from_env(shards=2, per_host=4, concurrency=32, store=store_url),
-                             web.seeds())
-        deadline = time.monotonic() + 60
-        while int(client.hget(keys.counters(job_id), "stored") or 0) < len(want) // 3:
-            assert time.monotonic() < deadline, "the crawl did not get going"
-            time.sleep(0.05)
+        job_id = _crawl_a_third(w, client, FAST_RECOVERY, web, store_url)
         sentinels.kill_master()
         down = time.monotonic()
         st = _wait_done_across_failover(client, job_id, timeout=120)
         print(f"\nmaster kill -9: promoted {sentinels.master_port() == sentinels.ports['replica']}, "
               f"finished {time.monotonic() - down:.1f}s after the master went down; counters {st['counters']}")
         assert sentinels.master_port() == sentinels.ports["replica"]
-        rows = [p["url"] for p in open_store(store_url).pages(job_id)]
-        assert len(rows) == len(set(rows)), "duplicate rows"
-        assert set(rows) == want
-        dead = {n: p.returncode for n, p in w.procs.items() if p.poll() is not None}
-        assert not dead, f"workers exited: {dead}"
+        _assert_complete_once(w, store_url, job_id, want)
     finally:
         w.stop()
 
@@ -205,25 +194,14 @@ def test_a_crawl_survives_the_loss_of_its_brokers_master(sentinels: SentinelGrou
     store_url = f"sqlite:///{tmp_path / 'crawl.db'}"
     env = {**FAST_RECOVERY, "CRAWLER_BROKER_URL": broker_url, "CRAWLER_SENTINEL_MASTER": "not-the-brokers"}
     try:
-        for n in ("w0", "w1"):
-            w.start(n, "shard-0,shard-1", env=env)
-        job_id = jobs.submit(client, Settings.from_env(shards=2, per_host=4, concurrency=32, store=store_url),
-                             web.seeds())
-        deadline = time.monotonic() + 60
-        while int(client.hget(keys.counters(job_id), "stored") or 0) < len(want) // 3:
-            assert time.monotonic() < deadline, "the crawl did not get going"
-            time.sleep(0.05)
+        job_id = _crawl_a_third(w, client, env, web, store_url)
         sentinels.kill_master()
         down = time.monotonic()
         st = wait_done(client, job_id, timeout=120)  # the state Redis never went away
         print(f"\nbroker master kill -9: finished {time.monotonic() - down:.1f}s after it went down; "
               f"counters {st['counters']}")
         assert sentinels.master_port() == sentinels.ports["replica"]
-        rows = [p["url"] for p in open_store(store_url).pages(job_id)]
-        assert len(rows) == len(set(rows)), "duplicate rows"
-        assert set(rows) == want
-        dead = {n: p.returncode for n, p in w.procs.items() if p.poll() is not None}
-        assert not dead, f"workers exited: {dead}"
+        _assert_complete_once(w, store_url, job_id, want)
         # The promoted replica carried the work after the failover; the state Redis never did.
         promoted = redis.Redis(port=sentinels.ports["replica"])
         assert int(promoted.info("commandstats").get("cmdstat_brpop", {}).get("calls", 0)) > 0
@@ -231,6 +209,27 @@ def test_a_crawl_survives_the_loss_of_its_brokers_master(sentinels: SentinelGrou
     finally:
         w.stop()
         state.stop()
+
+
+def _crawl_a_third(w: Workers, client: redis.Redis, env: dict[str, str], web: TestWeb, store_url: str) -> str:
+    """Two workers of both shards on a job of ``web``, returned once a third of it is stored."""
+    for n in ("w0", "w1"):
+        w.start(n, "shard-0,shard-1", env=env)
+    job_id = jobs.submit(client, Settings.from_env(shards=2, per_host=4, concurrency=32, store=store_url),
+                         web.seeds())
+    deadline = time.monotonic() + 60
+    while int(client.hget(keys.counters(job_id), "stored") or 0) < len(web.reachable_urls()) // 3:
+        assert time.monotonic() < deadline, "the crawl did not get going"
+        time.sleep(0.05)
+    return job_id
+
+
+def _assert_complete_once(w: Workers, store_url: str, job_id: str, want: set[str]) -> None:
+    rows = [p["url"] for p in open_store(store_url).pages(job_id)]
+    assert len(rows) == len(set(rows)), "duplicate rows"
+    assert set(rows) == want
+    dead = {n: p.returncode for n, p in w.procs.items() if p.poll() is not None}
+    assert not dead, f"workers exited: {dead}"
 
 
 def _wait_done_across_failover(client: redis.Redis, job_id: str, timeout: float) -> dict[str, object]:

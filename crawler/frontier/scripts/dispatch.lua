@@ -5,7 +5,8 @@
 -- nothing goes until at least min_free slots are free: a finished task frees its slots at once,
 -- and re-dispatching them one small task at a time would keep every later task as small (each
 -- task costs the same Celery overhead whatever its size). Returns {entries and hosts
--- interleaved, next due time or '', free slots (-1: not running; 0: wait for more to finish)}.
+-- interleaved, next due time or '', free slots (-1: not running; 0: wait for more to finish),
+-- the job's requests in flight once these are leased}.
 local shard, now = ARGV[3], tonumber(ARGV[4])
 local max_urls, per_host, delay = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local deadline, token, concurrency = ARGV[8], ARGV[9], tonumber(ARGV[10])
@@ -16,10 +17,12 @@ local rkey = P .. 'ready:' .. shard
 local leased = tonumber(ARGV[14] or '0')
 local out = {}
 local slots = -1
+local inflight = 0
 if redis.call('HGET', KMETA, 'status') == 'running' then
   local cnt = KCNT
   local c = redis.call('HMGET', cnt, 'inflight', 'held')
   local busy = tonumber(c[1] or '0') + tonumber(c[2] or '0')
+  inflight = tonumber(c[1] or '0')
   slots = math.min(max_urls, concurrency - busy)
   if busy > 0 and slots < min_free then slots = 0 end
   local total = 0
@@ -96,9 +99,10 @@ if redis.call('HGET', KMETA, 'status') == 'running' then
     redis.call('HINCRBY', cnt, 'queued', -total)
     redis.call('HINCRBY', cnt, 'inflight', total)
     redis.call('HINCRBY', cnt, 'dispatched', total)
+    inflight = inflight + total
   end
 end
 local first = redis.call('ZRANGE', rkey, 0, 0, 'WITHSCORES')
 local nxt = ''
 if #first > 0 then nxt = first[2] end
-return {out, nxt, slots}
+return {out, nxt, slots, inflight}
