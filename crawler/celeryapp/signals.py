@@ -110,7 +110,7 @@ def on_heartbeat(sender: Any, **_: Any) -> None:
     try:
         app = sender.eventer.app
         record_heartbeat(_client(), sender.eventer.hostname, shards=shards_of(app), interval=float(sender.interval),
-                         render="render" in list(app.amqp.queues.consume_from or ()))
+                         render=RENDER_QUEUE in list(app.amqp.queues.consume_from or ()))
     except Exception:  # a status record must never disturb the heartbeat itself
         pass
 

@@ -24,7 +24,7 @@ from crawler.frontier import liveshards
 from crawler.frontier.sharding import RENDER_QUEUE, SHARED_QUEUE, queue_name
 from crawler.spiders.loader import SpiderUnavailable
 from crawler.stages.messages import FetchedPage, groups_from_json, groups_to_json, pages_from_json, pages_to_json
-from crawler.state import joblog
+from crawler.state import joblog, queues
 from crawler.state.conn import connect
 from crawler.state.jobconf import Job
 from crawler.store import StoreRefused, StoreUnavailable
@@ -112,7 +112,7 @@ class Brokers:
     def __init__(self, own_url: str) -> None:
         every = brokers()
         # Clients of their own, even of the crawler's Redis: the state's belongs to the tasks' thread.
-        self.clients = [connect(b.url, sentinel_master=b.master or None) for b in every]
+        self.clients = queues.connect_all(every)
         self.own = next((i for i, b in enumerate(every) if b.url == own_url), 0)
 
     def send(self, messages: Sequence[Message]) -> None:

@@ -40,7 +40,7 @@ from crawler.spiders.loader import prepare
 from crawler.state import joblog, keys, nodes
 from crawler.state.conn import check_version, connect
 from crawler.store import PageStore, open_store
-from crawler.store.place import default_warc_dir
+from crawler.store.place import default_warc_dir, sqlite_path
 
 # Settings an operator may change while the job runs. Every worker reads a job's settings again
 # at most ``jobs.load``'s max_age (5 s) after they change, so that is how soon they apply.
@@ -146,9 +146,8 @@ def _relative_store(store_url: str) -> list[str]:
     """A warning for an SQLite store given by a relative path: this process writes the job's
     record against its own directory, each worker its pages against its own (or its
     CRAWLER_STORE_ROOT), so unless they share one the job is split over two files."""
-    scheme, sep, rest = store_url.partition("://")
-    path = rest[1:] if rest.startswith("/") else rest
-    if scheme != "sqlite" or not sep or not path or os.path.isabs(path):
+    path = sqlite_path(store_url)
+    if not path or os.path.isabs(path):
         return []
     return [f"the store's path {path!r} is relative: this command wrote the job's record to "
             f"{os.path.abspath(path)!r}, and each worker resolves it against its own directory (or its "

@@ -29,6 +29,11 @@ def configured(env: Mapping[str, str] | None = None) -> tuple[Broker, ...]:
     return parse_brokers(spec, "", env.get("CRAWLER_SENTINEL_MASTER", "") or "mymaster")
 
 
+def connect_all(brokers: tuple[Broker, ...]) -> list[Redis]:
+    """A client of each broker (a Sentinel-managed one's master by its own name)."""
+    return [connect(b.url, sentinel_master=b.master or None) for b in brokers]
+
+
 def clients(state: Redis) -> list[Redis]:
     """One client per broker, made once per process and environment; ``[state]`` when the state
     Redis is the broker (the caller's own client, so its database and connection are used)."""
@@ -37,7 +42,7 @@ def clients(state: Redis) -> list[Redis]:
         return [state]
     made = _cache.get(key)
     if made is None:
-        made = _cache[key] = [connect(b.url, sentinel_master=b.master or None) for b in configured()]
+        made = _cache[key] = connect_all(configured())
     return made
 
 

@@ -36,14 +36,20 @@ def place_dir(path: str, root: str) -> str:
     return _under(path, root) if root else path
 
 
+def sqlite_path(store_url: str) -> str | None:
+    """The file path of an ``sqlite:///path`` store URL (``sqlite:////abs`` is absolute), or
+    None for a store of another kind."""
+    scheme, sep, rest = store_url.partition("://")
+    if scheme != "sqlite" or not sep:
+        return None
+    return rest[1:] if rest.startswith("/") else rest
+
+
 def default_warc_dir(store_url: str) -> str:
     """Where a job keeps its WARC files when it names no directory: ``warc/`` beside an SQLite
     store (relative if the store's path is); "" for a store with no directory of its own."""
-    scheme, sep, rest = store_url.partition("://")
-    if scheme != "sqlite" or not sep:
-        return ""
-    path = rest[1:] if rest.startswith("/") else rest
-    return os.path.join(os.path.dirname(path), "warc")
+    path = sqlite_path(store_url)
+    return "" if path is None else os.path.join(os.path.dirname(path), "warc")
 
 
 def _pg_hosts(url: str) -> list[str]:
@@ -64,11 +70,10 @@ def place_store(url: str, root: str, hosts: Sequence[str]) -> str:
     """The URL to open for a job's store ``url``: an SQLite path resolved under ``root`` (a
     relative one against it), a PostgreSQL URL whose every host is in ``hosts``. Either check is
     off while its setting is empty. StoreNotAllowed says why not, in one line."""
-    scheme, sep, rest = url.partition("://")
-    if scheme == "sqlite" and sep and root:
-        path = rest[1:] if rest.startswith("/") else rest
+    path = sqlite_path(url)
+    if path is not None and root:
         return f"sqlite:///{_under(path, root)}"
-    if scheme in ("postgresql", "postgres") and hosts:
+    if url.partition("://")[0] in ("postgresql", "postgres") and hosts:
         allowed = {h.strip().lower() for h in hosts}
         bad = [h for h in _pg_hosts(url) if h not in allowed]
         if bad:
