@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # the default pre-assignment, keeps the long end-to-end tests from piling onto one process.
 PYTEST_WORKERS ?= auto
 
-.PHONY: install test lint docs unit demo settings-table clean bench bench-polite bench-cycle bench-client bench-install bench-redis bench-extract bench-dedup bench-scaling bench-scale up down
+.PHONY: install test lint docs unit demo settings-table clean bench bench-polite bench-cycle bench-client bench-install bench-redis bench-extract bench-dedup bench-scaling bench-scale bench-scale-cluster up down
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -88,6 +88,10 @@ bench-scaling: $(PY)
 # worker RSS every 10 s, charted against pages crawled (about 10 minutes here).
 bench-scale: bench-install
 	$(PY) -m bench.scale $(BENCH_ARGS)
+	$(PY) -m bench.scale --cluster $(BENCH_ARGS)
+
+bench-scale-cluster: bench-install
+	$(PY) -m bench.scale --cluster $(BENCH_ARGS)
 
 settings-table: $(PY)
 	$(VENV)/bin/crawler settings --readme docs/settings.md

@@ -36,6 +36,7 @@ from crawler.config.settings import Settings
 from crawler.embedded import crawl
 from crawler.frontier import lua
 from crawler.local.redis_server import RedisServer
+from crawler.state import keys
 from crawler.testweb import TestWeb, WebModel
 
 _TAG = re.compile(r'delivery_tag\W+([0-9a-f-]{36})')
@@ -70,7 +71,7 @@ def _note(cmd: dict[str, Any], seen: Seen) -> None:
     if len(parts) < 2:
         return
     # The host's shard, whichever it is: a one-host web uses one.
-    if parts[0] == "LPUSH" and parts[1].startswith("c:wake:") and cmd.get("client_type") == "lua":
+    if parts[0] == "LPUSH" and parts[1].startswith(keys.WAKE) and cmd.get("client_type") == "lua":
         seen.wakes.append(cmd["time"])
     elif parts[0] == "LPUSH" and parts[1].startswith("shard-") and '"crawler.fetch"' in cmd["command"]:
         tag = _TAG.search(cmd["command"])

@@ -153,7 +153,7 @@ def _script_names() -> dict[str, str]:
 
 
 def _key_kind(key: str) -> str:
-    """A key's structure: ``c:{job}:ready:0`` -> ``ready``, ``c:wake:1`` -> ``c:wake``,
+    """A key's structure: ``c:{job}:ready:0`` -> ``ready``, ``c:{wake}:1`` -> ``c:{wake}``,
     ``shard-0`` -> ``shard-*`` (a queue of Celery's)."""
     m = re.match(r"c:\{[^}]*\}:([a-z]+)", key)
     if m:

@@ -29,7 +29,7 @@ from crawler.local.redis_server import RedisServer
 from crawler.local.signals import StopRequested, StopSignals
 from crawler.render.browser import chromium_path
 from crawler.spiders.loader import PATHS_ENV, prepare_local
-from crawler.state.conn import check_version, connect
+from crawler.state.conn import check_version, connect, is_cluster
 from crawler.store import open_store
 from crawler.store.export import write_feed
 from crawler.store.place import StoreNotAllowed, place_dir, place_store
@@ -167,8 +167,10 @@ def crawl(settings: Settings, seeds: list[str], out_dir: str, progress: Progress
             client = connect(settings.redis_url)
             check_version(client)
             job_id = jobs.submit(client, settings, seeds)
-            # Its Redis is its broker too: these workers consume every shard, so one broker.
-            env = {**os.environ, "CRAWLER_REDIS_URL": settings.redis_url, "CRAWLER_BROKER_URL": "",
+            # Its Redis is its broker too (these workers consume every shard, so one broker), but
+            # a Redis Cluster, which cannot be one: then the broker it was given.
+            broker = settings.broker_url if is_cluster(settings.redis_url) else ""
+            env = {**os.environ, "CRAWLER_REDIS_URL": settings.redis_url, "CRAWLER_BROKER_URL": broker,
                    "CRAWLER_TASK_EVENTS": "0",
                    PARENT_ENV: str(os.getpid()), PATHS_ENV: os.pathsep.join(settings.spider_paths)}
             # The job carries its store URL without the password (jobs.submit): these workers

@@ -27,7 +27,7 @@ from crawler.spiders import pipelines as item_pipelines
 from crawler.spiders import starts as spider_starts
 from crawler.state import jobconf as jobcache
 from crawler.state import joblog, keys, store_errors
-from crawler.state.conn import text
+from crawler.state.conn import all_or_nothing, text, unlink_all
 from crawler.state.jobconf import Job
 from crawler.store import JobDefinition, open_store
 from crawler.urls import canonicalize, domain_of
@@ -75,7 +75,7 @@ def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | Non
         record(settings.store, JobDefinition(job_id, canon, job_settings, now, settings.every, settings.cron))
     meta: dict[FieldT, EncodableT] = {"id": job_id, "status": RUNNING, "created_at": now,
                             "settings": json.dumps(job_settings), "seeds": json.dumps(canon)}
-    pipe = redis.pipeline()
+    pipe = all_or_nothing(redis)
     if settings.periodic:
         meta.update(cycle=1, cycle_started_at=now, cycle_due_at=now,
                     next_cycle_at=next_cycle(settings.every, settings.cron, now, now))
@@ -197,11 +197,11 @@ def stop(redis: Redis, job_id: str, error: str = "", by: str = "") -> None:
     log)."""
     now = time.time()
     cycle = redis.hget(keys.meta(job_id), "cycle")
-    pipe = redis.pipeline()
+    pipe = all_or_nothing(redis)
     pipe.hset(keys.meta(job_id), mapping={"status": STOPPED, "finished_at": now, **({"error": error} if error else {})})
     pipe.srem(keys.JOBS, job_id)
     pipe.srem(keys.PERIODIC, job_id)
-    pipe.delete(*keys.session_all(job_id))
+    unlink_all(pipe, keys.session_all(job_id))
     if cycle is not None:
         pipe.hsetnx(keys.cycle(job_id, text(cycle)), "finished_at", now)
     joblog.log_event(pipe, job_id, "stopped", error or "stopped", level="ERROR" if error else "INFO", by=by)

@@ -45,7 +45,7 @@ def _s(default: Any, doc: str, *, job: bool = False) -> Any:
 
 @dataclass
 class Settings:
-    redis_url: str = _s("", "Redis for frontier and counters, and the broker unless broker_url names one; empty: `crawler crawl` starts a private one, workers use redis://127.0.0.1:6379/0")
+    redis_url: str = _s("", "Redis for frontier and counters, and the broker unless broker_url names one; empty: `crawler crawl` starts a private one, workers use redis://127.0.0.1:6379/0; `redis+cluster://host:port,host:port` puts the state on a Redis Cluster (broker_url then names the broker)")
     sentinel_master: str = _s("mymaster", "With redis_url `sentinel://host:port;sentinel://host:port/0` (a Redis under Sentinel, for broker and state alike): the name of the master the sentinels watch; a sentinel broker_url may name its own (`#name`)")
     broker_url: str = _s("", "Celery broker of the task queues, if not redis_url: a redis:// or sentinel:// URL (`#name` after a sentinel one: its master's name), or several separated by commas, shard N's queue on the (N mod count)-th")
     shards: int = _s(4, "Number of shards (queues shard-0 .. shard-N-1)", job=True)
@@ -211,6 +211,9 @@ class Settings:
             raise SettingError(f"revisit_min ({self.revisit_min:g} s) is longer than revisit_max ({self.revisit_max:g} s)")
         if self.takeover_after and self.takeover_after < 2:
             raise _bad("takeover_after", "must be 0 (off) or >= 2 heartbeats", self.takeover_after)
+        if self.redis_url.startswith("redis+cluster://") and not self.broker_url:
+            raise SettingError("redis_url is a Redis Cluster, which holds crawl state but not Celery's queues: "
+                               "set broker_url (CRAWLER_BROKER_URL) to a redis:// or sentinel:// broker")
         if self.broker_url:
             try:
                 parse_brokers(self.broker_url, self.redis_url, self.sentinel_master)
@@ -298,7 +301,7 @@ _HEADER_VALUES = frozenset({"user_agent", "robots_user_agent"})
 _PRINTABLE_ASCII = re.compile(r"[\x20-\x7e]*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _ITEM_UNSAFE = re.compile(r"[\x00-\x20\x7f-\x9f]|\s")  # list items: one token each
-_SCHEMES = {"redis_url": ("redis", "rediss", "unix", "sentinel"), "store": ("sqlite", "postgresql", "postgres")}
+_SCHEMES = {"redis_url": ("redis", "rediss", "unix", "sentinel", "redis+cluster"), "store": ("sqlite", "postgresql", "postgres")}
 _EXAMPLES = {"redis_url": "redis://host:6379/0", "store": "sqlite:///path/crawl.db"}
 
 

@@ -32,7 +32,7 @@ import mmh3
 from redis import Redis
 
 from crawler.state import keys
-from crawler.state.conn import text
+from crawler.state.conn import is_cluster_client, text
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +128,7 @@ class BloomSeen:
         self.meta = keys.bloom_meta(job)
         self._add = redis.register_script(_ADD)
         self._grow = redis.register_script(_GROW)
+        self.cluster = is_cluster_client(redis)
         self._layers: list[Layer] = []
 
     def segment_key(self, layer: int, segment: int) -> str:
@@ -178,7 +179,7 @@ class BloomSeen:
         hashes = [_hashes(u) for u in urls]
         ids = [f"{h1:08x}{h2:08x}{top:016x}" for h1, h2, top in hashes]
         answer: dict[int, bool] = {}
-        memo = keys.bloom_memo(self.job, token) if token else ""
+        memo = keys.bloom_memo(self.job, token) if token else self.meta  # the meta: none (bloom_add.lua)
         # The add script answers from the memo first (no read of it here): URLs of a frozen
         # layer that the memo answers are handled below.
         todo = list(range(len(urls)))
@@ -196,7 +197,7 @@ class BloomSeen:
                 self._create(current.index + 1)  # the layer is full: what is left goes to a new one
             if todo:
                 self.layers(refresh=True)
-        if memo and in_frozen:
+        if token and in_frozen:
             # Bits a run of this same batch set, before its layer froze, read as "seen" here;
             # its memo (written with those bits, so visible now) says what it answered.
             for i, flag in zip(in_frozen, self.redis.hmget(memo, [ids[i] for i in in_frozen]), strict=True):
@@ -239,7 +240,8 @@ class BloomSeen:
             by_segment[hashes[i][2] % layer.segments].append(i)
         # One segment (a small batch's usual case) goes without a pipeline, which would ask
         # Redis whether the script is loaded on every execute.
-        pipe = self.redis.pipeline(transaction=False) if len(by_segment) > 1 else None
+        # A cluster's pipeline takes no scripts: one call per segment there.
+        pipe = self.redis.pipeline(transaction=False) if len(by_segment) > 1 and not self.cluster else None
         order = []
         results = []
         for seg, members in by_segment.items():

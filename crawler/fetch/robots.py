@@ -31,6 +31,7 @@ from crawler.config.settings import parse_networks
 from crawler.errors import Reason
 from crawler.lru import ENTRY_OVERHEAD, LRU
 from crawler.state import keys
+from crawler.state.conn import mget
 
 ROBOTS_MAX_BYTES = 500_000  # RFC 9309 asks crawlers to read at least 500 KiB
 SITEMAP_MAX_BYTES = 10_000_000
@@ -139,7 +140,7 @@ class RobotsCache:
             else:
                 ask.append(o)
         if ask:
-            for o, raw in zip(ask, self.redis.mget([robots_key(o, scope) for o in ask]), strict=True):
+            for o, raw in zip(ask, mget(self.redis, [robots_key(o, scope) for o in ask]), strict=True):
                 if raw is not None:
                     p = RobotsPolicy.loads(raw)
                     if p.expires > now and p.error not in NOT_CACHED:

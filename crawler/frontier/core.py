@@ -23,7 +23,7 @@ from crawler.frontier import liveshards, lua
 from crawler.frontier.entry import Entry
 from crawler.frontier.sharding import shard_of_url
 from crawler.state import keys
-from crawler.state.conn import text
+from crawler.state.conn import ReplicatedWrite, is_cluster_client, text, unlink_all
 from crawler.urls import host_key
 
 Lease = tuple[str, str]  # (url, token)
@@ -145,6 +145,14 @@ def token_time(token: str) -> float | None:
 
 
 
+def wake_shards(pipe: Any, shards: Iterable[int | str]) -> None:
+    """Add to a pipeline what wakes the shards' dispatchers: a wake list holds one element at
+    most, however many wake it before a dispatcher looks."""
+    for shard in shards:
+        pipe.lpush(keys.wake(shard), "1")
+        pipe.ltrim(keys.wake(shard), 0, 0)
+
+
 def _flat(leases: Iterable[Lease]) -> list[str]:
     return [part for lease in leases for part in lease]
 
@@ -169,11 +177,34 @@ class Frontier:
         self._run_cycle = redis.register_script(lua.RUN_CYCLE)
         self._refill = redis.register_script(lua.REFILL)
         self._spill_low = redis.register_script(lua.SPILL_LOW)
+        self.cluster = is_cluster_client(redis)
+        self._starts = (self._resume, self._run_cycle)  # the scripts that may set a job running
 
     def _call(self, script: Script, job: str, *args: str | int | float, client: Any = None) -> Any:
         """Run a frontier script for ``job``: KEYS ``lua.job_keys``, ARGV the key prefix, the job
         and ``args`` (see ``lua``)."""
-        return script(keys=lua.job_keys(job), args=[keys.prefix(job), job, *args], client=client or self.redis)
+        if self.cluster and script in self._starts:
+            # Listed before the script may start the job: a caller lost between the two would
+            # leave a running job no dispatcher looks at; a listed job that is not running costs
+            # a dispatcher a look per tick.
+            self.redis.sadd(keys.JOBS, job)
+        got = script(keys=lua.job_keys(job, self.cluster), args=[keys.prefix(job), job, *args],
+                     client=client or self.redis)
+        return self._unwrap(job, got)
+
+    def _unwrap(self, job: str, got: Any) -> Any:
+        """A script's result; on a Redis Cluster, after waking the shards it asked to wake and
+        taking the job off the active set if it ended (``flush_wakes`` in ``scripts/helpers.lua``)."""
+        if not self.cluster:
+            return got
+        result, woken, ended = got
+        if woken or int(ended):
+            pipe = self.redis.pipeline(transaction=False)
+            wake_shards(pipe, [text(shard) for shard in woken])
+            if int(ended):
+                pipe.srem(keys.JOBS, job)
+            pipe.execute()
+        return result
 
     def admit(self, job: str, entries: Sequence[Entry], shards: int, *, token: str = "",
               budget: int = 0, max_depth: int = 0, host_budget: int = 0, trusted: bool = False,
@@ -214,11 +245,14 @@ class Frontier:
         if not batches:
             return
         deadline = time.time() + lease_timeout
-        pipe = self.redis.pipeline(transaction=False)
+        # On a cluster, written to the job's master itself and waited on until a replica has it:
+        # a batch whose record a failover lost would be taken for one admitted before.
+        write = ReplicatedWrite(self.redis, keys.pending_links(job)) if self.cluster else None
+        pipe = write.pipe if write else self.redis.pipeline(transaction=False)
         pipe.zadd(keys.pending_links(job), dict.fromkeys(batches, deadline))
         if isinstance(batches, Mapping):
             pipe.hset(keys.pending_link_bodies(job), mapping={t: json.dumps(links) for t, links in batches.items()})
-        pipe.execute()
+        (write or pipe).execute()
 
     def overdue_links(self, job: str, lease_timeout: float, now: float | None = None,
                       limit: int = 100) -> list[tuple[str, list[Any]]]:
@@ -300,14 +334,23 @@ class Frontier:
             if done:
                 self._call(self._fetched, job, *args)
             return
+        if done and self.cluster:
+            # A cluster's pipeline takes no scripts: the script goes after it.
+            failed = next((r for r in pipe.execute(raise_on_error=False) if isinstance(r, Exception)), None)
+            if failed is not None:
+                raise failed
+            self._call(self._fetched, job, *args)
+            return
         if done:
             # EVALSHA on the pipeline itself: given the Script, redis-py would first ask Redis
             # whether it is loaded (SCRIPT EXISTS), a round trip more on every fetch task.
-            script_keys = lua.job_keys(job)
+            script_keys = lua.job_keys(job, self.cluster)
             pipe.evalsha(self._fetched.sha, len(script_keys), *script_keys, keys.prefix(job), job, *args)
         results = pipe.execute(raise_on_error=False)
         if done and isinstance(results[-1], NoScriptError):  # a Redis restarted or failed over
             results[-1] = self._call(self._fetched, job, *args)
+        elif done and not isinstance(results[-1], Exception):
+            self._unwrap(job, results[-1])
         failed = next((r for r in results if isinstance(r, Exception)), None)
         if failed is not None:
             raise failed
@@ -520,9 +563,7 @@ class Frontier:
     def wake(self, shards: int) -> None:
         """Make the shards' dispatchers look again now."""
         pipe = self.redis.pipeline(transaction=False)
-        for shard in range(shards):
-            pipe.lpush(keys.wake(shard), "1")
-            pipe.ltrim(keys.wake(shard), 0, 0)
+        wake_shards(pipe, range(shards))
         pipe.execute()
 
     def host_delays(self, job: str, hosts: Sequence[str]) -> list[float | None]:
@@ -553,7 +594,7 @@ class Frontier:
     def drop_bodies(self, body_keys: Sequence[str], pipe: Any = None) -> None:
         """The pages are stored: their bodies go."""
         if body_keys:
-            (pipe or self.redis).unlink(*body_keys)
+            unlink_all(pipe or self.redis, body_keys)
 
     def claim_sitemaps(self, job: str, origin: str) -> bool:
         """True for the one caller that is to read the origin's sitemaps for the job."""

@@ -28,18 +28,19 @@ _FIXED = [("KMETA", "meta"), ("KCNT", "cnt"), ("KSEEN", "seen"), ("KLEASE", "lea
           ("KSPILL", "spill"), ("KSPSEQ", "spseq"), ("KSPREF", "spref")]
 
 
-def job_keys(job: str) -> list[str]:
-    """KEYS[] of every script here: ``_FIXED`` in order, then ``c:jobs``."""
+def job_keys(job: str, cluster: bool = False) -> list[str]:
+    """KEYS[] of every script here: ``_FIXED`` in order, then ``c:jobs`` but on a Redis Cluster
+    (whose scripts may touch one slot: see ``flush_wakes`` in ``scripts/helpers.lua``)."""
     return [keys.meta(job), keys.counters(job), keys.seen(job), keys.leases(job), keys.lease_expiry(job),
             keys.retries(job), keys.host_inflight(job), keys.ip_inflight(job), keys.host_ip(job),
             keys.host_next(job), keys.host_delays(job), keys.host_admitted(job), keys.pending_links(job),
             keys.pending_link_bodies(job), keys.host_overrides(job), keys.spill_staged(job), keys.spill_seq(job),
-            keys.spill_refilled(job), keys.JOBS]
+            keys.spill_refilled(job), *(() if cluster else (keys.JOBS,))]
 
 
 def _bind() -> str:
     lines = [f"local {local} = KEYS[{i}]" for i, (local, _) in enumerate(_FIXED, start=1)]
-    lines.append(f"local KJOBS = KEYS[{len(_FIXED) + 1}]")
+    lines.append(f"local KJOBS = KEYS[{len(_FIXED) + 1}]  -- nil on a Redis Cluster")
     return "\n".join(lines) + "\n"
 
 
@@ -52,9 +53,13 @@ def _prelude() -> str:
 
 def _script(name: str) -> str:
     """A script of the frontier: the prelude, then its file's body run as a function, so the
-    wakes its body asked for are pushed once each however it returns (``flush_wakes``)."""
+    wakes its body asked for are pushed once each however it returns (``flush_wakes``). On a
+    Redis Cluster it returns ``{result, shards to wake, 1 if the job ended}`` (see ``unwrap``);
+    false stands for a nil result, which would end the table there."""
     return (_prelude() + "local function main()\n" + _load(name)
-            + "\nend\nlocal result = main()\nflush_wakes()\nreturn result\n")
+            + "\nend\nlocal result = main()\nlocal woken = flush_wakes()\n"
+            + "if KJOBS then return result end\nif result == nil then result = false end\n"
+            + "return {result, woken, ENDED}\n")
 
 
 # Each script's file begins with what its KEYS and ARGV hold and what it returns.

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from redis import Redis
 
 from crawler.frontier import liveshards
+from crawler.frontier.core import wake_shards
 from crawler.frontier.liveshards import LiveSet
 from crawler.frontier.records import IpWait, Lease, Retry
 from crawler.frontier.sharding import queue_name, shard_of_host, standby
@@ -35,16 +36,17 @@ from crawler.state.conn import text
 
 GRACE = 20.0
 
-# Per move three KEYS (a, b, w) and four ARGV (kind, member, old, new). kind 'z': move ``member``
-# from zset a to zset b keeping its score (only if still there), then wake list w; 'h': set hash
+# Per move two KEYS (a, b) and four ARGV (kind, member, old, new). kind 'z': move ``member``
+# from zset a to zset b keeping its score (only if still there); 'h': set hash
 # field ``member`` of a from value ``old`` to ``new`` (only if unchanged); 'r': in zset a replace
-# member ``old`` by ``new``, same score; 's': in set a replace ``old`` by ``new``. Only 'z' wakes.
+# member ``old`` by ``new``, same score; 's': in set a replace ``old`` by ``new``. The caller
+# wakes the shards hosts moved to (a wake list is in a slot of its own on a Redis Cluster).
 # Returns how many moves applied.
 _MOVE = """
 local n = 0
 for m = 0, #ARGV / 4 - 1 do
   local kind, member, old, new = ARGV[4 * m + 1], ARGV[4 * m + 2], ARGV[4 * m + 3], ARGV[4 * m + 4]
-  local a, b, w = KEYS[3 * m + 1], KEYS[3 * m + 2], KEYS[3 * m + 3]
+  local a, b = KEYS[2 * m + 1], KEYS[2 * m + 2]
   local done = false
   if kind == 'z' then
     local score = redis.call('ZSCORE', a, member)
@@ -62,13 +64,7 @@ for m = 0, #ARGV / 4 - 1 do
   elseif kind == 's' then
     if redis.call('SREM', a, old) == 1 then redis.call('SADD', a, new); done = true end
   end
-  if done then
-    n = n + 1
-    if kind == 'z' then
-      redis.call('LPUSH', w, '1')
-      redis.call('LTRIM', w, 0, 0)
-    end
-  end
+  if done then n = n + 1 end
 end
 return n
 """
@@ -78,16 +74,17 @@ _BATCH = 500  # moves per script call
 
 @dataclass(frozen=True)
 class _Move:
-    keys: tuple[str, str, str]
+    keys: tuple[str, str]
     args: tuple[str, str, str, str]
+    woken: int | None = None  # the shard a host moves to
 
 
 def _host_move(job_id: str, host: str, src: int, dst: int) -> _Move:
-    return _Move((keys.ready(job_id, src), keys.ready(job_id, dst), keys.wake(dst)), ("z", host, "", ""))
+    return _Move((keys.ready(job_id, src), keys.ready(job_id, dst)), ("z", host, "", ""), dst)
 
 
 def _record_move(kind: str, key: str, member: str, old: str, new: str) -> _Move:
-    return _Move((key, key, key), (kind, member, old, new))
+    return _Move((key, key), (kind, member, old, new))
 
 
 @dataclass(frozen=True)
@@ -150,6 +147,11 @@ def _apply(redis: Redis, moves: list[_Move]) -> int:
     for i in range(0, len(moves), _BATCH):
         batch = moves[i : i + _BATCH]
         applied += int(script(keys=[k for m in batch for k in m.keys], args=[a for m in batch for a in m.args]))
+    woken = sorted({m.woken for m in moves if m.woken is not None})
+    if woken:
+        pipe = redis.pipeline(transaction=False)
+        wake_shards(pipe, woken)
+        pipe.execute()
     return applied
 
 

@@ -10,11 +10,16 @@ well below ``SOCKET_TIMEOUT``.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
 from redis import Redis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from crawler.errors import CrawlerError
@@ -64,6 +69,48 @@ def parse_sentinel(url: str) -> SentinelURL:
     return SentinelURL(tuple(sentinels), db, username, password)
 
 
+CLUSTER_SCHEME = "redis+cluster"
+CLUSTER_RETRIES = 30  # about 20 s of asking again (backoff to 1 s): a failover takes a few
+REDIS_PORT = 6379
+
+
+@dataclass(frozen=True)
+class ClusterURL:
+    """``redis+cluster://[user:password@]host:port,host:port,...``: some nodes of a Redis Cluster
+    (the client learns the rest from them), and the password every node asks for."""
+
+    nodes: tuple[tuple[str, int], ...]
+    username: str | None = None
+    password: str | None = None
+
+
+def is_cluster(url: str) -> bool:
+    return url.startswith(CLUSTER_SCHEME + "://")
+
+
+def parse_cluster(url: str) -> ClusterURL:
+    scheme, _, rest = url.partition("://")
+    if scheme != CLUSTER_SCHEME or not rest:
+        raise ValueError(f"not a {CLUSTER_SCHEME}://host:port,... URL")
+    auth, _, hosts = rest.rpartition("@")
+    username = password = None
+    if auth:
+        user, colon, secret = auth.partition(":")
+        username, password = (unquote(user) or None, unquote(secret)) if colon else (None, unquote(user))
+    nodes: list[tuple[str, int]] = []
+    for part in hosts.rstrip("/").split(","):
+        u = urlsplit(f"redis://{part.strip()}")
+        if not u.hostname or (u.path not in ("", "/", "/0")):
+            raise ValueError(f"{part.strip()!r} is not a host:port of a cluster node (a cluster has database 0 only)")
+        nodes.append((u.hostname, u.port or REDIS_PORT))
+    return ClusterURL(tuple(nodes), username, password)
+
+
+def is_cluster_client(client: Any) -> bool:
+    """Whether ``client`` talks to a Redis Cluster (or is a pipeline of one)."""
+    return isinstance(client, RedisCluster) or type(client).__name__ == "ClusterPipeline"
+
+
 def connect(url: str, *, sentinel_master: str | None = None, **overrides: Any) -> Redis:
     """A client for ``url`` with the project's socket, connect and health-check settings. A
     ``sentinel://`` URL gives a client of the master the sentinels name ``sentinel_master``
@@ -76,6 +123,8 @@ def connect(url: str, *, sentinel_master: str | None = None, **overrides: Any) -
         "health_check_interval": HEALTH_CHECK_INTERVAL,
     }
     options.update(overrides)
+    if is_cluster(url):
+        return _connect_cluster(url, options)
     if not is_sentinel(url):
         return Redis.from_url(url, **options)
     if sentinel_master is None:
@@ -89,6 +138,75 @@ def connect(url: str, *, sentinel_master: str | None = None, **overrides: Any) -
     master: Redis = sentinel.master_for(sentinel_master, redis_class=Redis,  # type: ignore[no-untyped-call]
                                         db=where.db, username=where.username, password=where.password)
     return master
+
+
+def _connect_cluster(url: str, options: dict[str, Any]) -> Redis:
+    """A cluster client, typed as ``Redis``: it offers every command the crawler sends to its
+    state, and routes each by its key's slot. Where the two differ (a pipeline's MULTI, an MGET
+    of keys in several slots) callers ask ``is_cluster_client``."""
+    where = parse_cluster(url)
+    nodes = [ClusterNode(h, p) for h, p in where.nodes]  # type: ignore[no-untyped-call]  # untyped in redis-py
+    cluster = RedisCluster(startup_nodes=nodes,
+                           username=where.username, password=where.password,
+                           # A master lost: ask again while its replica takes over (the node
+                           # timeout plus an election, seconds), not fail the caller at once.
+                           retry=Retry(ExponentialWithJitterBackoff(base=0.1, cap=1.0), retries=CLUSTER_RETRIES),
+                           **options)
+    return cast(Redis, cluster)
+
+
+def all_or_nothing(client: Redis) -> Any:
+    """A pipeline whose commands apply together: a MULTI transaction on one Redis. On a cluster,
+    whose transactions hold one slot, a plain pipeline: its callers order their writes so that
+    a part applied alone is harmless (a job's records before the indexes that list it)."""
+    return client.pipeline(transaction=not is_cluster_client(client))
+
+
+def unlink_all(client: Any, names: Sequence[str]) -> None:
+    """UNLINK the keys (on a client or a pipeline): a cluster's pipeline takes one key a command."""
+    if is_cluster_client(client):
+        for name in names:
+            client.unlink(name)
+    elif names:
+        client.unlink(*names)
+
+
+REPLICA_WAIT_MS = 100  # longest a write waits for a replica (WAIT); a LAN's replica takes < 1 ms
+NO_REPLICA_PAUSE = 10.0  # seconds a master whose WAIT timed out is not waited on again
+
+
+class ReplicatedWrite:
+    """Commands for the cluster master serving ``key`` (``pipe``), sent on its own connection and
+    followed by a WAIT for one replica to have them (WAIT counts a connection's own writes only).
+    A master whose WAIT found no replica (one promoted after its master died, with none of its
+    own yet) is not waited on for ``NO_REPLICA_PAUSE``: every wait would only time out. Asked of
+    the master itself, not of the client's slot map, which may predate its replicas."""
+
+    _no_replica_until: dict[str, float] = {}
+
+    def __init__(self, client: Redis, key: str) -> None:
+        cluster = cast(RedisCluster, client)
+        node = cluster.get_node_from_key(key)  # type: ignore[no-untyped-call]  # untyped in redis-py
+        self.node = str(node.name)
+        self.pipe = cluster.get_redis_connection(node).pipeline(transaction=False)
+
+    def execute(self) -> list[Any]:
+        wait = time.monotonic() >= self._no_replica_until.get(self.node, 0.0)
+        if wait:
+            self.pipe.execute_command("WAIT", 1, REPLICA_WAIT_MS)  # type: ignore[no-untyped-call]
+        out = self.pipe.execute()
+        if not wait:
+            return out
+        if int(out[-1]) < 1:
+            self._no_replica_until[self.node] = time.monotonic() + NO_REPLICA_PAUSE
+        return out[:-1]
+
+
+def mget(client: Redis, names: list[str]) -> list[Any]:
+    """MGET of keys that may be in several slots: on a cluster, one MGET per slot."""
+    if is_cluster_client(client):
+        return cast(list[Any], cast(RedisCluster, client).mget_nonatomic(names))
+    return cast(list[Any], client.mget(names))
 
 
 def text(reply: Any) -> str:
@@ -108,8 +226,13 @@ def parse_version(text: str) -> tuple[int, ...]:
 
 
 def check_version(client: Redis) -> str:
-    """The server's version; RedisVersionError naming it if it is older than we support."""
-    version = str(client.info("server")["redis_version"])
+    """The server's version (a cluster's oldest); RedisVersionError naming it if it is older
+    than we support."""
+    if is_cluster_client(client):
+        per_node = cast(RedisCluster, client).info("server", target_nodes=RedisCluster.PRIMARIES)
+        version = min((str(i["redis_version"]) for i in per_node.values()), key=parse_version)
+    else:
+        version = str(client.info("server")["redis_version"])
     if parse_version(version) < MIN_VERSION:
         raise RedisVersionError(f"Redis {version} is too old: the crawler needs Redis "
                                 f"{'.'.join(map(str, MIN_VERSION))} or newer")

@@ -1,6 +1,7 @@
 """Every Redis key the crawler uses, named in one place (the bottom layer: imports nothing from
 ``crawler``). A job's keys share the hash tag ``{job}`` so one script may touch any of them on a
-Redis Cluster; keys of no job (``c:jobs``, wake lists, nodes, the beat lock) have no tag.
+Redis Cluster; keys of no job (``c:jobs``, nodes, the beat lock) have no tag, and the wake lists
+share one (``WAKE``).
 
 Lua scripts spell the per-job names too where they build keys from data (a host's queue, a
 shard's ready set): those take the job's ``prefix`` in ARGV, and the names here and in the
@@ -210,7 +211,9 @@ def sitemaps(job: str) -> str:
     return prefix(job) + "sitemaps"
 
 
-WAKE = "c:wake:"
+# One hash tag for every wake list: a dispatcher blocks on several at once (its shards' and its
+# own), which a Redis Cluster allows only within one slot.
+WAKE = "c:{wake}:"
 
 
 def wake(shard: int | str) -> str:

@@ -8,6 +8,7 @@ import redis
 
 from crawler.local import redis_server
 from crawler.local.redis_server import RedisServer, RedisServerError
+from crawler.state import keys
 from crawler.state.conn import MAX_BLOCK, MIN_BLOCK, SOCKET_TIMEOUT, block_timeout, connect
 
 pytestmark = pytest.mark.own_redis
@@ -99,6 +100,6 @@ def test_a_sub_millisecond_wait_returns_promptly_on_every_supported_server(
         client = connect(srv.url)
         for wait in (0.0, 0.0004, 0.0009, 0.004):
             t0 = time.monotonic()
-            assert client.blpop(["c:wake:0"], timeout=block_timeout(wait)) is None
+            assert client.blpop([keys.wake(0)], timeout=block_timeout(wait)) is None
             assert time.monotonic() - t0 < 1.0, (srv.binary, wait)
         client.close()

@@ -21,7 +21,7 @@ def test_scripts_are_named_by_their_sha() -> None:
 def test_keys_are_grouped_by_structure() -> None:
     assert _key_kind("c:{job-1}:ready:0") == "ready"
     assert _key_kind("c:{job-1}:cnt") == "cnt"
-    assert _key_kind("c:wake:1") == "c:wake"
+    assert _key_kind("c:{wake}:1") == "c:{wake}"
     assert _key_kind("shard-0") == "shard-*"
     assert _key_kind("unacked") == "unacked"
 

@@ -1,4 +1,4 @@
--- KEYS: segment, meta, memo ('' when not memoised). ARGV: layer, k, segment_bits, capacity, then
+-- KEYS: segment, meta, memo (meta again when not memoised: every key in the job's slot). ARGV: layer, k, segment_bits, capacity, then
 -- h1, h2, id per URL. Returns one character per URL: '1' new, '0' seen, '?' not taken because the
 -- layer is full (the caller grows a layer and adds those there); or 'STALE' if a newer layer exists.
 -- A URL the memo already answers for keeps that answer and its bits are left alone: two runs of
@@ -9,6 +9,7 @@ local meta = redis.call('HMGET', KEYS[2], 'layers', 'n:' .. layer)
 if tonumber(meta[1]) ~= layer + 1 then return 'STALE' end
 local filled = tonumber(meta[2] or '0')
 local memo = KEYS[3]
+if memo == KEYS[2] then memo = '' end
 local out, todo, new = {}, {}, 0
 local n = (#ARGV - 4) / 3
 -- The memo is read a thousand URLs a command (unpack's stack is bounded) and written once per

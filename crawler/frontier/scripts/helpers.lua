@@ -2,15 +2,26 @@
 -- Shards to wake, pushed once each when the script ends (``flush_wakes``, see ``lua``): a call
 -- that reschedules many hosts of a shard wakes it once. One element in a wake list is enough:
 -- none is pushed while one waits (the usual case while dispatchers are busy).
+-- On a Redis Cluster (no KJOBS among the KEYS) the wake lists and the active jobs' set are in
+-- slots of their own, which a script of the job may not touch: the script returns the shards to
+-- wake and whether the job ended, and the caller (``Frontier._call``) does both.
 local WAKES = {}
+local ENDED = 0
 local function wake(shard)
   WAKES[tostring(shard)] = true
 end
 local function flush_wakes()
+  local out = {}
   for shard in pairs(WAKES) do
-    if redis.call('LLEN', 'c:wake:' .. shard) == 0 then redis.call('LPUSH', 'c:wake:' .. shard, '1') end
+    if KJOBS then
+      local w = 'c:{wake}:' .. shard
+      if redis.call('LLEN', w) == 0 then redis.call('LPUSH', w, '1') end
+    else
+      out[#out + 1] = shard
+    end
   end
   WAKES = {}
+  return out
 end
 -- ipinf holds an address's requests in flight, plus WAITING while hosts wait on it in ``ipwait``:
 -- the decrement of a finished request then says whether anyone waits, with no lookup per request.
@@ -104,14 +115,14 @@ local function done_check(now, open)
       redis.call('HSET', P .. 'cyc:' .. cycle, 'finished_at', now)
     end
     redis.call('HSET', KMETA, 'status', status, 'finished_at', now)
-    redis.call('SREM', KJOBS, ARGV[2])
+    if KJOBS then redis.call('SREM', KJOBS, ARGV[2]) else ENDED = 1 end
     redis.call('DEL', P .. 'sess', P .. 'jar', P .. 'login')
   end
 end
 -- The job dispatches again: in the active set, its shards woken, done at once if nothing is open.
 local function run_job(now, shards)
   redis.call('HSET', KMETA, 'status', 'running')
-  redis.call('SADD', KJOBS, ARGV[2])
+  if KJOBS then redis.call('SADD', KJOBS, ARGV[2]) end  -- else added before the call
   for shard = 0, shards - 1 do wake(shard) end
   done_check(now)
 end

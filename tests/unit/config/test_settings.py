@@ -84,7 +84,7 @@ NAN, INF = float("nan"), float("inf")
     ({"store": "ftp://host/x"}, "setting store: must be a sqlite:// or postgresql:// or postgres:// URL"),
     ({"store": "crawl.db"}, "setting store: has no scheme (try sqlite:///path/crawl.db), got 'crawl.db'"),
     ({"redis_url": "http://127.0.0.1:6379/0"},
-     "setting redis_url: must be a redis:// or rediss:// or unix:// or sentinel:// URL"),
+     "setting redis_url: must be a redis:// or rediss:// or unix:// or sentinel:// or redis+cluster:// URL"),
     ({"resolve": ["a.com=notanip"]}, "setting resolve: a.com=... must name an IP address, got 'notanip'"),
     ({"resolve": ["a.com"]}, "setting resolve: entries must be HOST=IP, got 'a.com'"),
     ({"resolve": ["=127.0.0.1"]}, "setting resolve: entries must be HOST=IP"),

@@ -6,7 +6,16 @@ import pytest
 
 from crawler.celeryapp.config import brokers, sentinel_options
 from crawler.config.settings import SettingError, Settings
-from crawler.state.conn import SENTINEL_PORT, SentinelURL, connect, is_sentinel, parse_sentinel
+from crawler.state.conn import (
+    SENTINEL_PORT,
+    ClusterURL,
+    SentinelURL,
+    connect,
+    is_cluster,
+    is_sentinel,
+    parse_cluster,
+    parse_sentinel,
+)
 
 URL = "sentinel://:s3cret@10.0.0.1:26380;sentinel://10.0.0.2;sentinel://10.0.0.3:26381/2"
 
@@ -37,3 +46,22 @@ def test_a_client_of_a_sentinel_url_asks_the_sentinels_for_the_named_master() ->
             for c in sentinels] == [("10.0.0.1", 26380), ("10.0.0.2", SENTINEL_PORT), ("10.0.0.3", 26381)]
     kw = pool.connection_kwargs
     assert kw["db"] == 2 and kw["password"] == "s3cret" and kw["socket_timeout"] == 10.0
+
+
+def test_the_cluster_form_names_its_nodes_and_their_password() -> None:
+    assert parse_cluster("redis+cluster://:pw%40x@10.0.0.1:7000,10.0.0.2,10.0.0.3:7002/") == ClusterURL(
+        (("10.0.0.1", 7000), ("10.0.0.2", 6379), ("10.0.0.3", 7002)), None, "pw@x")
+    assert parse_cluster("redis+cluster://u:p@h:1").username == "u"
+    assert is_cluster("redis+cluster://h:1") and not is_cluster("redis://h:1/0")
+    with pytest.raises(ValueError, match="database 0 only"):
+        parse_cluster("redis+cluster://h:1/3")
+    with pytest.raises(ValueError, match="not a redis\\+cluster"):
+        parse_cluster("redis://h:1")
+
+
+def test_a_cluster_holds_state_only_so_it_needs_a_broker_of_its_own() -> None:
+    with pytest.raises(SettingError, match="CRAWLER_BROKER_URL"):
+        Settings.from_env({"CRAWLER_REDIS_URL": "redis+cluster://10.0.0.1:7000"})
+    s = Settings.from_env({"CRAWLER_REDIS_URL": "redis+cluster://10.0.0.1:7000",
+                           "CRAWLER_BROKER_URL": "redis://10.0.0.9:6379/0"})
+    assert [b.url for b in brokers(s)] == ["redis://10.0.0.9:6379/0"]

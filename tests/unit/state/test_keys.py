@@ -38,7 +38,7 @@ def test_names_the_scripts_build_from_the_prefix_agree() -> None:
                            (keys.cycle("j", 1), "'cyc:' .. cycle")]:
         assert built.startswith(p + spelled.split("'")[1])
         assert spelled in lua.ADMIT + lua.DISPATCH + lua.CLAIM_CYCLE + lua.REAP
-    assert keys.wake(3) == "c:wake:3" and "'c:wake:' .. shard" in lua.DISPATCH
+    assert keys.wake(3) == "c:{wake}:3" and "'c:{wake}:' .. shard" in lua.DISPATCH
     assert keys.simhash_band("j", 0, 5) == p + "sh:0:5" and "P .. 'sh:' .. b .. ':'" in neardup._FIND_OR_ADD
     assert keys.simhash_pages("j", 5) == p + "sh:d:5" and "P .. 'sh:d:'" in neardup._FIND_OR_ADD
     assert keys.simhash_pages("j", 5).startswith(keys.simhash_band_pattern("j")[:-1])
@@ -51,4 +51,8 @@ def test_frontier_scripts_keys_order() -> None:
         assert names[i - 1] == keys.prefix("j") + name
         assert f"local {local} = KEYS[{i}]\n" in lua.DISPATCH
         assert f"local {local} = KEYS[{i}]\n" in lua.ADMIT
-    assert f"local KJOBS = KEYS[{len(lua._FIXED) + 1}]\n" in lua.DISPATCH and len(names) == len(lua._FIXED) + 1
+    assert f"local KJOBS = KEYS[{len(lua._FIXED) + 1}]  -- nil on a Redis Cluster\n" in lua.DISPATCH
+    assert len(names) == len(lua._FIXED) + 1
+    # On a cluster every key is the job's: one slot.
+    assert lua.job_keys("j", cluster=True) == names[:-1]
+    assert all(k.startswith(keys.prefix("j")) for k in names[:-1])
