@@ -92,10 +92,9 @@ def memory(url: str, job: str) -> dict[str, dict[str, float]]:
     """Bytes per structure of the job, its units and bytes per unit, from MEMORY USAGE."""
     r = connect(url)
     try:
-        prefix = keys.prefix(job)
         got: dict[str, dict[str, float]] = {}
         for key in r.scan_iter(keys.job_pattern(job), count=1000):
-            name = key.decode()[len(prefix):]
+            name = key.decode().split("}:", 1)[1]  # after the tag: the job's own, or a part's
             kind = _structure(name)
             entry = got.setdefault(kind, {"bytes": 0.0, "keys": 0.0, "units": 0.0})
             entry["bytes"] += int(r.memory_usage(key, samples=0) or 0)

@@ -19,10 +19,11 @@ from typing import Any
 import redis
 
 from crawler import jobs
+from crawler.config.brokers import parse_brokers
 from crawler.config.redact import password_of
 from crawler.config.secretbox import KEY_FILE_VAR, KEY_VAR, new_key
 from crawler.config.settings import Settings
-from crawler.errors import CrawlerError
+from crawler.errors import ConfigError, CrawlerError
 from crawler.frontier.sharding import RENDER_QUEUE, queue_name
 from crawler.local.lifeline import PARENT_ENV
 from crawler.local.redis_server import RedisServer
@@ -164,6 +165,10 @@ def crawl(settings: Settings, seeds: list[str], out_dir: str, progress: Progress
                     server.start()
                 print(f"redis: started {server.binary} on 127.0.0.1:{server.port}", file=sys.stderr)
                 settings = settings.replace(redis_url=server.url)
+            if is_cluster(settings.redis_url) and len(parse_brokers(settings.broker_url, "", "")) > 1:
+                # Its workers consume every shard, which Celery does from one broker only.
+                raise ConfigError("crawler crawl with its state on a Redis Cluster runs its workers on one broker: "
+                                  "CRAWLER_BROKER_URL names several")
             client = connect(settings.redis_url)
             check_version(client)
             job_id = jobs.submit(client, settings, seeds)

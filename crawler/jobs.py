@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from redis import Redis
-from redis.client import Pipeline
 from redis.typing import EncodableT, FieldT
 
 from crawler.config.redact import redact_settings_json, strip_password
@@ -27,7 +26,7 @@ from crawler.spiders import pipelines as item_pipelines
 from crawler.spiders import starts as spider_starts
 from crawler.state import jobconf as jobcache
 from crawler.state import joblog, keys, store_errors
-from crawler.state.conn import all_or_nothing, text, unlink_all
+from crawler.state.conn import all_or_nothing, is_pipeline, text, unlink_all
 from crawler.state.jobconf import Job
 from crawler.store import JobDefinition, open_store
 from crawler.urls import canonicalize, domain_of
@@ -74,7 +73,8 @@ def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | Non
     if settings.store:
         record(settings.store, JobDefinition(job_id, canon, job_settings, now, settings.every, settings.cron))
     meta: dict[FieldT, EncodableT] = {"id": job_id, "status": RUNNING, "created_at": now,
-                            "settings": json.dumps(job_settings), "seeds": json.dumps(canon)}
+                                      "settings": json.dumps(job_settings), "seeds": json.dumps(canon),
+                                      keys.LAYOUT_FIELD: keys.LAYOUT}
     pipe = all_or_nothing(redis)
     if settings.periodic:
         meta.update(cycle=1, cycle_started_at=now, cycle_due_at=now,
@@ -140,6 +140,7 @@ def status(redis: Redis, job_id: str) -> dict[str, Any]:
     if not meta:
         raise JobNotFound(f"no such job: {job_id}")
     out: dict[str, Any] = {k.decode(): v.decode() for k, v in meta.items()}
+    out.pop(keys.LAYOUT_FIELD, None)  # how its keys are laid out: nothing an operator acts on
     if "settings" in out:  # a job submitted before passwords were stripped may still hold one
         out["settings"] = redact_settings_json(out["settings"])
     out["counters"] = {k.decode(): int(v) for k, v in sorted(cnt.items())}
@@ -321,7 +322,7 @@ def count(redis: Redis | Any, job_id: str, **deltas: int) -> None:
     """Add to a job's counters (``redis`` may be a pipeline). Several go to Redis in one round
     trip (no transaction: each is atomic on its own)."""
     nonzero = [(name, delta) for name, delta in deltas.items() if delta]
-    if len(nonzero) > 1 and not isinstance(redis, Pipeline):
+    if len(nonzero) > 1 and not is_pipeline(redis):
         pipe = redis.pipeline(transaction=False)
         for name, delta in nonzero:
             pipe.hincrby(keys.counters(job_id), name, delta)
@@ -359,7 +360,8 @@ def write_meta(redis: Redis, job_id: str, meta: Mapping[FieldT, EncodableT],
     """Set a job's record (a rebuild by ``crawler recover``), and one cycle's record with it."""
     if cycle is not None:
         redis.hset(keys.cycle(job_id, cycle[0]), mapping=cycle[1])
-    redis.hset(keys.meta(job_id), mapping=meta)
+    # Rebuilt from nothing: its filter and index are new, in today's layout.
+    redis.hset(keys.meta(job_id), mapping={**meta, keys.LAYOUT_FIELD: keys.LAYOUT})
 
 
 def purge(redis: Redis, job_id: str, chunk: int = 1000) -> int:

@@ -44,6 +44,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0  # the reader (``| head``) has what it wanted
     except redis.ConnectionError as exc:
         line, code = f"cannot reach Redis: {exc}", 1
+    except redis.exceptions.MovedError as exc:
+        # A node of a Redis Cluster, named as a plain Redis: it says where the key lives instead.
+        line, code = (f"Redis answered MOVED {exc}: it is a node of a Redis Cluster; name it (and other "
+                      "nodes) as redis+cluster://host:port,host:port"), 2
+    except (redis.exceptions.RedisClusterException, redis.exceptions.ClusterError,
+            redis.exceptions.TryAgainError) as exc:
+        # Unreachable, not a cluster, or between a master's loss and its replica's promotion.
+        line, code = f"cannot use the Redis Cluster: {type(exc).__name__}: {one_line(str(exc))}", 1
     except redis.TimeoutError as exc:
         # The environment's failure, not a bug: Redis too busy to answer within the timeout.
         line, code = f"Redis did not answer in time: {one_line(str(exc))}", 1

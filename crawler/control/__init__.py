@@ -243,7 +243,8 @@ def set_settings(r: Redis, job_id: str, changes: Mapping[str, Any], by: str = ""
             raise SettingError(f"setting {name} cannot change while a job runs (these can: {', '.join(RUNTIME)})")
     typed = typed_settings(changes)
     changed: dict[str, list[Any]] = {}
-    with r.pipeline() as pipe:
+    # A transaction on the job's slot: on a Redis Cluster too (its default pipeline is not one).
+    with r.pipeline(transaction=True) as pipe:
         while True:
             try:
                 pipe.watch(keys.meta(job_id))  # type: ignore[no-untyped-call]  # redis-py leaves it untyped

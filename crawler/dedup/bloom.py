@@ -113,6 +113,13 @@ def _hashes(url: str) -> tuple[int, int, int]:
     return h & 0xFFFFFFFF, ((h >> 32) & 0xFFFFFFFF) | 1, h >> 64
 
 
+def legacy_layout(redis: Redis, job: str) -> bool:
+    """Whether the job was submitted before its Bloom filter and near-duplicate index had tags of
+    their own (``keys.LAYOUT_FIELD``): then they stay under the job's tag, whatever resets them."""
+    job_id, layout = redis.hmget(keys.meta(job), ["id", keys.LAYOUT_FIELD])
+    return job_id is not None and layout is None
+
+
 class BloomSeen:
     """The seen-set of one job as a scalable segmented Bloom filter. ``add_many`` may report a
     URL as already seen although it is not (at rate below 2p); it never reports a URL as new
@@ -125,14 +132,15 @@ class BloomSeen:
         self.capacity = capacity
         self.p = p
         self.max_segment_bytes = max_segment_bytes
-        self.meta = keys.bloom_meta(job)
+        self.legacy = legacy_layout(redis, job)
+        self.meta = keys.bloom_meta(job, self.legacy)
         self._add = redis.register_script(_ADD)
         self._grow = redis.register_script(_GROW)
         self.cluster = is_cluster_client(redis)
         self._layers: list[Layer] = []
 
     def segment_key(self, layer: int, segment: int) -> str:
-        return keys.bloom_segment(self.job, layer, segment)
+        return keys.bloom_segment(self.job, layer, segment, self.legacy)
 
     # -- layers ------------------------------------------------------------------------------
     def layers(self, refresh: bool = False) -> list[Layer]:
@@ -161,14 +169,14 @@ class BloomSeen:
     # -- the seam ----------------------------------------------------------------------------
     def has_memo(self, token: str) -> bool:
         """Did a run of the batch ``token`` already get its answers (kept to give them again)?"""
-        return bool(token) and bool(self.redis.exists(keys.bloom_memo(self.job, token)))
+        return bool(token) and bool(self.redis.exists(keys.bloom_memo(self.job, token, self.legacy)))
 
     def drop_memo(self, token: str) -> None:
         """Forget a batch's answers once its URLs are queued: a redelivery is then ignored by
         the frontier before it asks the filter. Kept, memos were the largest thing in a
         200,000-page job's Redis (7.8 MB, an hour's worth of batches)."""
         if token:
-            self.redis.delete(keys.bloom_memo(self.job, token))
+            self.redis.delete(keys.bloom_memo(self.job, token, self.legacy))
 
     def add_many(self, urls: Sequence[str], token: str = "") -> list[str]:
         """Add the URLs; return those that were not in the filter before, in order. With a
@@ -179,7 +187,7 @@ class BloomSeen:
         hashes = [_hashes(u) for u in urls]
         ids = [f"{h1:08x}{h2:08x}{top:016x}" for h1, h2, top in hashes]
         answer: dict[int, bool] = {}
-        memo = keys.bloom_memo(self.job, token) if token else self.meta  # the meta: none (bloom_add.lua)
+        memo = keys.bloom_memo(self.job, token, self.legacy) if token else self.meta  # the meta: none (bloom_add.lua)
         # The add script answers from the memo first (no read of it here): URLs of a frozen
         # layer that the memo answers are handled below.
         todo = list(range(len(urls)))
@@ -266,7 +274,7 @@ class BloomSeen:
 
     def reset(self) -> int:
         """Forget everything this job has seen. Returns the keys deleted."""
-        found = [self.meta, *self.redis.scan_iter(keys.bloom_segment(self.job, "*", "*"), count=1000)]
+        found = [self.meta, *self.redis.scan_iter(keys.bloom_segment(self.job, "*", "*", self.legacy), count=1000)]
         self._layers = []
         return int(self.redis.delete(*found))
 

@@ -18,8 +18,10 @@ from pathlib import Path
 from redis import Redis
 
 from crawler.config.settings import Settings
+from crawler.dedup.bloom import legacy_layout
 from crawler.dedup.simhash import bands
 from crawler.errors import JobNotFound
+from crawler.lru import LRU
 from crawler.state import jobconf, keys
 
 # What it takes and returns: scripts/neardup_find_or_add.lua.
@@ -38,6 +40,16 @@ class NearDuplicates:
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
         self._script = redis.register_script(_FIND_OR_ADD)
+        self._legacy: LRU[str, bool] = LRU(256)
+
+    def legacy(self, job: str) -> bool:
+        """Whether the job's index stays under the job's tag (``bloom.legacy_layout``); asked once
+        per job."""
+        got = self._legacy.get(job)
+        if got is None:
+            got = legacy_layout(self.redis, job)
+            self._legacy.put(job, got)
+        return got
 
     def find_or_add(self, job: str, pages: Sequence[tuple[str, int]], max_distance: int,
                     budget: int | None = None) -> list[str | None]:
@@ -49,13 +61,14 @@ class NearDuplicates:
         if budget is None:
             budget = self.budget(job)
         n = max_distance + 1
-        args: list[str | int] = [keys.prefix(job), max_distance, n, keys.SIMHASH_PAGES_PER_KEY, budget]
+        legacy = self.legacy(job)
+        args: list[str | int] = [keys.neardup_prefix(job, legacy), max_distance, n, keys.SIMHASH_PAGES_PER_KEY, budget]
         low = (1 << keys.SIMHASH_BUCKET_BITS) - 1
         for url, h in pages:
             args += [_signed32(h >> 32), _signed32(h & 0xFFFFFFFF), url]
             for value in bands(h, n):
                 args += [value >> keys.SIMHASH_BUCKET_BITS, value & low]
-        return [r.decode() or None for r in self._script(keys=[keys.simhash_seq(job)], args=args)]
+        return [r.decode() or None for r in self._script(keys=[keys.simhash_seq(job, legacy)], args=args)]
 
     def budget(self, job: str) -> int:
         """The job's index budget, from its settings as this process caches them."""
@@ -66,5 +79,7 @@ class NearDuplicates:
 
     def reset(self, job: str) -> int:
         """Forget every page indexed for the job (a periodic job's new cycle). Returns keys deleted."""
-        doomed = [keys.simhash_seq(job), *self.redis.scan_iter(keys.simhash_band_pattern(job), count=1000)]
+        legacy = self.legacy(job)
+        doomed = [keys.simhash_seq(job, legacy), *self.redis.scan_iter(keys.simhash_band_pattern(job, legacy),
+                                                                      count=1000)]
         return int(self.redis.delete(*doomed))

@@ -23,10 +23,12 @@ from crawler.frontier import liveshards, lua
 from crawler.frontier.entry import Entry
 from crawler.frontier.sharding import shard_of_url
 from crawler.state import keys
-from crawler.state.conn import ReplicatedWrite, is_cluster_client, text, unlink_all
+from crawler.state.conn import is_cluster_client, mget, replicated_write, text, unlink_all
 from crawler.urls import host_key
 
 Lease = tuple[str, str]  # (url, token)
+FINAL = ("done", "stopped")  # statuses a job never leaves (``crawler.jobs.FINISHED``)
+ACTIVE = ("running", "paused", "starting")  # statuses of a job the active set lists
 # Share of ``lease_timeout`` a lease may have used before a renewal is worth its commands.
 FRESH = 0.25
 
@@ -190,7 +192,12 @@ class Frontier:
             self.redis.sadd(keys.JOBS, job)
         got = script(keys=lua.job_keys(job, self.cluster), args=[keys.prefix(job), job, *args],
                      client=client or self.redis)
-        return self._unwrap(job, got)
+        if script is self._queue_lengths:
+            return got  # a read, not wrapped
+        result = self._unwrap(job, got)
+        if self.cluster and script in self._starts:
+            self.redis.sadd(keys.JOBS, job)  # again: another's end of the job may have taken it off
+        return result
 
     def _unwrap(self, job: str, got: Any) -> Any:
         """A script's result; on a Redis Cluster, after waking the shards it asked to wake and
@@ -203,7 +210,12 @@ class Frontier:
             wake_shards(pipe, [text(shard) for shard in woken])
             if int(ended):
                 pipe.srem(keys.JOBS, job)
-            pipe.execute()
+                # Read after taking it off: a new cycle or a resume may have started it meanwhile.
+                pipe.hget(keys.meta(job), "status")
+            replies = pipe.execute()
+            status = replies[-1] if int(ended) else None
+            if status is not None and text(status) in ACTIVE:
+                self.redis.sadd(keys.JOBS, job)
         return result
 
     def admit(self, job: str, entries: Sequence[Entry], shards: int, *, token: str = "",
@@ -247,12 +259,13 @@ class Frontier:
         deadline = time.time() + lease_timeout
         # On a cluster, written to the job's master itself and waited on until a replica has it:
         # a batch whose record a failover lost would be taken for one admitted before.
-        write = ReplicatedWrite(self.redis, keys.pending_links(job)) if self.cluster else None
-        pipe = write.pipe if write else self.redis.pipeline(transaction=False)
-        pipe.zadd(keys.pending_links(job), dict.fromkeys(batches, deadline))
-        if isinstance(batches, Mapping):
-            pipe.hset(keys.pending_link_bodies(job), mapping={t: json.dumps(links) for t, links in batches.items()})
-        (write or pipe).execute()
+
+        def fill(pipe: Any) -> None:
+            pipe.zadd(keys.pending_links(job), dict.fromkeys(batches, deadline))
+            if isinstance(batches, Mapping):
+                pipe.hset(keys.pending_link_bodies(job), mapping={t: json.dumps(links) for t, links in batches.items()})
+
+        replicated_write(self.redis, keys.pending_links(job), fill)
 
     def overdue_links(self, job: str, lease_timeout: float, now: float | None = None,
                       limit: int = 100) -> list[tuple[str, list[Any]]]:
@@ -460,6 +473,15 @@ class Frontier:
         """Jobs that may have work to dispatch (the admit and done scripts keep the set)."""
         return sorted(text(m) for m in self.redis.smembers(keys.JOBS))
 
+    def drop_if_final(self, job: str) -> bool:
+        """Take a job whose status is final off the active set. On a Redis Cluster the script
+        that ends a job only says so and its caller takes it off (``_unwrap``): a caller lost in
+        between would leave it there, looked at by every dispatcher tick for ever."""
+        if text(self.redis.hget(keys.meta(job), "status") or b"") not in FINAL:
+            return False
+        self.redis.srem(keys.JOBS, job)
+        return True
+
     def count(self, job: str, **deltas: int) -> None:
         """Add to the job's counters, beside those the scripts keep."""
         pipe = self.redis.pipeline(transaction=False)
@@ -589,7 +611,7 @@ class Frontier:
     def bodies(self, body_keys: Sequence[str]) -> list[bytes | None]:
         """The bodies under ``body_keys`` (None for one that expired or that Redis lost)."""
         # The client does not decode responses: values come back as bytes.
-        return cast(list[bytes | None], self.redis.mget(list(body_keys))) if body_keys else []
+        return cast(list[bytes | None], mget(self.redis, list(body_keys))) if body_keys else []
 
     def drop_bodies(self, body_keys: Sequence[str], pipe: Any = None) -> None:
         """The pages are stored: their bodies go."""

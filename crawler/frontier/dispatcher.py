@@ -122,6 +122,8 @@ class Dispatcher:
                 if moved and (moved.records or moved.messages):
                     log.warning("job %s: shard change settling: %d records, %d messages moved",
                                 job_id, moved.records, moved.messages)
+                if self.frontier.cluster and self.frontier.drop_if_final(job_id):
+                    continue
                 self._reap(job_id, s.delay, s.max_attempts, now)
                 self._resend_links(job_id, s.lease_timeout, s.shards, now)
             if now - self._last_refill.get(job_id, 0.0) >= REFILL_EVERY:

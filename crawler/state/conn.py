@@ -11,14 +11,18 @@ well below ``SOCKET_TIMEOUT``.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
 from redis import Redis
 from redis.backoff import ExponentialWithJitterBackoff
-from redis.cluster import ClusterNode, RedisCluster
+from redis.client import Pipeline
+from redis.cluster import ClusterNode, ClusterPipeline, RedisCluster
+from redis.exceptions import AskError, MovedError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
@@ -106,9 +110,14 @@ def parse_cluster(url: str) -> ClusterURL:
     return ClusterURL(tuple(nodes), username, password)
 
 
+def is_pipeline(client: Any) -> bool:
+    """Whether ``client`` is a pipeline, of one Redis or of a cluster (not a subclass of the other)."""
+    return isinstance(client, (Pipeline, ClusterPipeline))
+
+
 def is_cluster_client(client: Any) -> bool:
     """Whether ``client`` talks to a Redis Cluster (or is a pipeline of one)."""
-    return isinstance(client, RedisCluster) or type(client).__name__ == "ClusterPipeline"
+    return isinstance(client, (RedisCluster, ClusterPipeline))
 
 
 def connect(url: str, *, sentinel_master: str | None = None, **overrides: Any) -> Redis:
@@ -173,33 +182,39 @@ def unlink_all(client: Any, names: Sequence[str]) -> None:
 
 REPLICA_WAIT_MS = 100  # longest a write waits for a replica (WAIT); a LAN's replica takes < 1 ms
 NO_REPLICA_PAUSE = 10.0  # seconds a master whose WAIT timed out is not waited on again
+_no_replica_until: dict[str, float] = {}  # master ("host:port") -> until when it is not waited on
 
 
-class ReplicatedWrite:
-    """Commands for the cluster master serving ``key`` (``pipe``), sent on its own connection and
-    followed by a WAIT for one replica to have them (WAIT counts a connection's own writes only).
-    A master whose WAIT found no replica (one promoted after its master died, with none of its
-    own yet) is not waited on for ``NO_REPLICA_PAUSE``: every wait would only time out. Asked of
-    the master itself, not of the client's slot map, which may predate its replicas."""
-
-    _no_replica_until: dict[str, float] = {}
-
-    def __init__(self, client: Redis, key: str) -> None:
-        cluster = cast(RedisCluster, client)
-        node = cluster.get_node_from_key(key)  # type: ignore[no-untyped-call]  # untyped in redis-py
-        self.node = str(node.name)
-        self.pipe = cluster.get_redis_connection(node).pipeline(transaction=False)
-
-    def execute(self) -> list[Any]:
-        wait = time.monotonic() >= self._no_replica_until.get(self.node, 0.0)
-        if wait:
-            self.pipe.execute_command("WAIT", 1, REPLICA_WAIT_MS)  # type: ignore[no-untyped-call]
-        out = self.pipe.execute()
-        if not wait:
-            return out
-        if int(out[-1]) < 1:
-            self._no_replica_until[self.node] = time.monotonic() + NO_REPLICA_PAUSE
-        return out[:-1]
+def replicated_write(client: Redis, key: str, fill: Callable[[Any], None]) -> list[Any]:
+    """Run the commands ``fill`` adds to a pipeline, all for the slot of ``key``, and on a Redis
+    Cluster wait (WAIT) until a replica of its master has them, so a failover cannot lose them.
+    They go on the master's own connection (WAIT counts a connection's own writes only). A master
+    whose WAIT found no replica (one promoted after its master died, with none of its own yet) is
+    not waited on for ``NO_REPLICA_PAUSE``: every wait would only time out; asked of the master
+    itself, not of the client's slot map, which may predate its replicas. A master that moved or
+    went away meanwhile: the commands go through the cluster client instead, unwaited."""
+    if not is_cluster_client(client):
+        plain = client.pipeline(transaction=False)
+        fill(plain)
+        return plain.execute()
+    cluster = cast(RedisCluster, client)
+    node = cluster.get_node_from_key(key)  # type: ignore[no-untyped-call]  # untyped in redis-py
+    wait = time.monotonic() >= _no_replica_until.get(node.name, 0.0)
+    pipe = cluster.get_redis_connection(node).pipeline(transaction=False)
+    fill(pipe)
+    if wait:
+        pipe.execute_command("WAIT", 1, REPLICA_WAIT_MS)  # type: ignore[no-untyped-call]
+    try:
+        out = pipe.execute()
+    except (MovedError, AskError, RedisConnectionError, RedisTimeoutError):
+        routed = cluster.pipeline(transaction=False)  # type: ignore[no-untyped-call]  # untyped in redis-py
+        fill(routed)
+        return cast(list[Any], routed.execute())
+    if not wait:
+        return out
+    if int(out[-1]) < 1:
+        _no_replica_until[node.name] = time.monotonic() + NO_REPLICA_PAUSE
+    return out[:-1]
 
 
 def mget(client: Redis, names: list[str]) -> list[Any]:

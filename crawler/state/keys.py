@@ -27,9 +27,25 @@ def prefix(job: str) -> str:
     return f"c:{{{job}}}:"
 
 
+def role_prefix(job: str, role: str) -> str:
+    """What the keys of one part of the job that no frontier script touches start with: a hash
+    tag of their own, so on a Redis Cluster one job's memory and commands spread over several
+    masters (the Bloom filter, the near-duplicate index, fetched bodies in ``BODY_SLOTS`` parts).
+    Each part's script touches its own tag only."""
+    return f"c:{{{job}~{role}}}:"
+
+
+BODY_SLOTS = 16  # tags fetched bodies are spread over
+# The job's meta field saying its Bloom filter and near-duplicate index have tags of their own
+# (``role_prefix``). A job without it was submitted before they had: it keeps them under its own
+# tag for life, resets included, so a job running across an upgrade loses nothing it has seen.
+LAYOUT_FIELD = "layout"
+LAYOUT = "2"
+
+
 def job_pattern(job: str) -> str:
-    """A SCAN pattern matching every key of the job."""
-    return prefix(job) + "*"
+    """A SCAN pattern matching every key of the job: its own tag's and its parts' (``role_prefix``)."""
+    return "c:{" + job + "[}~]*"
 
 
 # -- the job's own records (crawler.jobs) --
@@ -202,8 +218,10 @@ def pending_parts(job: str, token: str) -> str:
 
 
 def body(job: str, token: str, url: str) -> str:
-    # Keyed by URL, not position: one dispatch token is shared by several fetch tasks.
-    return prefix(job) + f"b:{token}:{hashlib.blake2b(url.encode(), digest_size=8).hexdigest()}"
+    # Keyed by URL, not position: one dispatch token is shared by several fetch tasks. Spread
+    # over BODY_SLOTS tags by the URL's digest: bodies are most of a crawl's bytes in flight.
+    digest = hashlib.blake2b(url.encode(), digest_size=8).digest()
+    return role_prefix(job, f"b{digest[0] % BODY_SLOTS}") + f"b:{token}:{digest.hex()}"
 
 
 def sitemaps(job: str) -> str:
@@ -228,19 +246,35 @@ def wake_one(dispatcher: str) -> str:
 
 # -- dedup (crawler.dedup) --
 
-def bloom_meta(job: str) -> str:
-    return prefix(job) + "bloom"
+BLOOM = "bf"  # the Bloom filter's part (``role_prefix``)
 
 
-def bloom_segment(job: str, layer: int | str, segment: int | str) -> str:
-    return prefix(job) + f"bf:{layer}:{segment}"
+def bloom_prefix(job: str, legacy: bool = False) -> str:
+    """What the Bloom filter's keys start with; ``legacy``: those of a filter made before it had a
+    tag of its own (under the job's), which its job keeps using (``crawler.dedup.bloom``)."""
+    return prefix(job) if legacy else role_prefix(job, BLOOM)
 
 
-def bloom_memo(job: str, token: str) -> str:
-    return prefix(job) + f"bm:{token}"
+def bloom_meta(job: str, legacy: bool = False) -> str:
+    return bloom_prefix(job, legacy) + "bloom"
+
+
+def bloom_segment(job: str, layer: int | str, segment: int | str, legacy: bool = False) -> str:
+    return bloom_prefix(job, legacy) + f"bf:{layer}:{segment}"
+
+
+def bloom_memo(job: str, token: str, legacy: bool = False) -> str:
+    return bloom_prefix(job, legacy) + f"bm:{token}"
 
 
 SIMHASH_BAND = "sh:"  # every key of the near-duplicate index starts so (crawler.dedup.neardup)
+NEARDUP = "nd"  # the near-duplicate index's part (``role_prefix``)
+
+
+def neardup_prefix(job: str, legacy: bool = False) -> str:
+    """What the near-duplicate index's keys start with (its script builds them from it);
+    ``legacy``: an index made before it had a tag of its own, as ``bloom_prefix``."""
+    return prefix(job) if legacy else role_prefix(job, NEARDUP)
 SIMHASH_BUCKET_BITS = 7  # a band key holds 2**7 band values, one hash field each
 SIMHASH_PAGES_PER_KEY = 128  # pages per list of the index's page records
 
@@ -248,23 +282,23 @@ SIMHASH_PAGES_PER_KEY = 128  # pages per list of the index's page records
 def simhash_band(job: str, band: int | str, bucket: int | str) -> str:
     """Band ``band`` of the near-duplicate index, for band values ``bucket << SIMHASH_BUCKET_BITS``
     on: a hash of band value's low bits -> the pages having it."""
-    return prefix(job) + f"{SIMHASH_BAND}{band}:{bucket}"
+    return neardup_prefix(job) + f"{SIMHASH_BAND}{band}:{bucket}"
 
 
 def simhash_pages(job: str, bucket: int | str) -> str:
     """Records ("hi lo url") of the near-duplicate index's pages ``bucket * SIMHASH_PAGES_PER_KEY``
     on, in the order they were numbered."""
-    return prefix(job) + f"{SIMHASH_BAND}d:{bucket}"
+    return neardup_prefix(job) + f"{SIMHASH_BAND}d:{bucket}"
 
 
-def simhash_band_pattern(job: str) -> str:
+def simhash_band_pattern(job: str, legacy: bool = False) -> str:
     """A SCAN pattern matching every key of the near-duplicate index but its counter."""
-    return prefix(job) + SIMHASH_BAND + "*"
+    return neardup_prefix(job, legacy) + SIMHASH_BAND + "*"
 
 
-def simhash_seq(job: str) -> str:
+def simhash_seq(job: str, legacy: bool = False) -> str:
     """The near-duplicate index's page counter (earlier page = original)."""
-    return prefix(job) + "shseq"
+    return neardup_prefix(job, legacy) + "shseq"
 
 
 # -- rendering (crawler.render) --

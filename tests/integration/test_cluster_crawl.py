@@ -1,11 +1,15 @@
 """Crawl state on a Redis Cluster (``CRAWLER_REDIS_URL=redis+cluster://...``): three masters with
 a replica each on loopback ports of their own, the broker on a private Redis, real Celery workers
 of four shards, a loopback web. A crawl finds exactly the reachable pages, each stored once, with
-every key of the job in one slot; and with the master of that slot killed by SIGKILL mid-crawl,
-its replica takes over and the crawl finishes by itself, complete and with no duplicate row."""
+the job's frontier in one slot and its other parts in slots of their own; and with the master of
+the frontier's slot killed by SIGKILL mid-crawl, its replica takes over and the crawl finishes by
+itself, complete and with no duplicate row."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,12 +17,14 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler import jobs
+from crawler import control, jobs
 from crawler.config.settings import Settings
+from crawler.frontier.core import FINAL, Frontier
+from crawler.frontier.dispatcher import Dispatcher
 from crawler.local.redis_cluster import RedisCluster
-from crawler.local.redis_server import RedisServer
-from crawler.state import keys
-from crawler.state.conn import ReplicatedWrite, connect, is_cluster_client
+from crawler.local.redis_server import RedisServer, free_port
+from crawler.state import conn, keys
+from crawler.state.conn import connect, is_cluster_client, replicated_write
 from crawler.store import open_store
 from crawler.testweb import TestWeb
 from tests.conftest import Workers, wait_done
@@ -29,6 +35,7 @@ FAST_RECOVERY = {"CRAWLER_LEASE_TIMEOUT": "4", "CRAWLER_VISIBILITY_TIMEOUT": "12
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[RedisCluster]:
+    conn._no_replica_until.clear()  # an earlier test's master on a port used again
     with RedisCluster(root=tmp_path / "cluster") as c:
         yield c
 
@@ -49,13 +56,22 @@ def _start(cluster: RedisCluster, broker: RedisServer, tmp_path: Path, monkeypat
     return w, connect(cluster.url)
 
 
+def _waits(cluster: RedisCluster, port: int) -> int:
+    c = cluster.node_clients()[port]
+    try:
+        return int(c.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+    finally:
+        c.close()
+
+
 def _rows(store_url: str, job_id: str) -> list[str]:
     return [p["url"] for p in open_store(store_url).pages(job_id)]
 
 
 def _task_errors(tmp_path: Path) -> list[str]:
+    """Tasks that failed, and dispatcher ticks that did (a script touching another slot fails so)."""
     return [line for n in ("w0", "w1") for line in (tmp_path / f"{n}.log").read_text().splitlines()
-            if "raised unexpected" in line]
+            if "raised unexpected" in line or "dispatcher tick failed" in line or "redis unavailable" in line]
 
 
 def test_a_crawl_with_its_state_on_a_redis_cluster(cluster: RedisCluster, broker: RedisServer, make_web,
@@ -75,25 +91,23 @@ def test_a_crawl_with_its_state_on_a_redis_cluster(cluster: RedisCluster, broker
         assert len(rows) == len(set(rows)), "duplicate rows"
         assert set(rows) == want
         assert not _task_errors(tmp_path)
+        # What an operator reads and changes: the hosts table (a script reading queue lengths)
+        # and a live settings change (a transaction on the job's slot).
+        table = control.hosts(client, job_id, limit=10)
+        assert sum(h["fetched"] for h in table["hosts"]) == len(want), table
+        assert control.set_settings(client, job_id, {"delay": "0.5"})["changed"] == {"delay": [0.0, 0.5]}
     finally:
         w.stop()
-    # Every key of the job is on the master of its slot (one slot: its scripts touch nothing
-    # else); the wake lists and the active-jobs set, which the scripts no longer touch, are on
-    # whichever masters their slots fall to.
-    home = cluster.master_for_key(keys.meta(job_id))
-    per_node: dict[int, list[str]] = {}
-    waits = 0
-    for port, c in cluster.node_clients().items():
-        per_node[port] = [k.decode() for k in c.scan_iter(keys.job_pattern(job_id), count=1000)]
-        if port == home:
-            waits = int(c.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
-        c.close()
+    # The frontier's keys share the job's slot (its scripts touch nothing else: no task or tick
+    # failed above); the Bloom filter and the near-duplicate index are in slots of their own.
+    found = [k.decode() for k in client.scan_iter(keys.job_pattern(job_id), count=1000)]
+    slots = {name.split("}")[0] + "}" for name in found}
+    assert {keys.prefix(job_id)[:-1], keys.role_prefix(job_id, keys.BLOOM)[:-1],
+            keys.role_prefix(job_id, keys.NEARDUP)[:-1]} <= slots, slots
     # Link batches on their way to dedup were waited on until the replica had them.
-    assert waits > 0
-    assert per_node[home] and not any(v for p, v in per_node.items() if p != home), {
-        p: len(v) for p, v in per_node.items()}
-    assert client.exists(keys.wake(0)) in (0, 1) and job_id not in jobs.active(client)
-
+    home = cluster.master_for_key(keys.meta(job_id))
+    assert _waits(cluster, home) > 0
+    assert job_id not in jobs.active(client)
 
 @pytest.mark.chaos
 def test_the_master_of_the_jobs_slot_killed_mid_crawl_is_replaced_and_nothing_is_lost(
@@ -123,22 +137,14 @@ def test_the_master_of_the_jobs_slot_killed_mid_crawl_is_replaced_and_nothing_is
         w.stop()
 
 
-def _waits(cluster: RedisCluster, port: int) -> int:
-    c = cluster.node_clients()[port]
-    try:
-        return int(c.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
-    finally:
-        c.close()
 
 
 def test_a_replicated_write_waits_for_a_replica_but_not_on_a_master_without_one(cluster: RedisCluster,
                                                                                 tmp_path: Path) -> None:
     client = connect(cluster.url)
-    w = ReplicatedWrite(client, "{a}k")
-    w.pipe.set("{a}k", "1")
-    assert w.execute() == [True]  # the WAIT's own reply is not the caller's
+    assert replicated_write(client, "{a}k", lambda pipe: pipe.set("{a}k", "1")) == [True]  # WAIT's reply kept back
     home = cluster.master_for_key("{a}k")
-    assert _waits(cluster, home) == 1 and w.node not in ReplicatedWrite._no_replica_until
+    assert _waits(cluster, home) == 1 and not conn._no_replica_until
     replica = next(p for p in cluster.live_ports() if cluster.replica_of(p) == home)
     on_replica = redis.Redis(port=replica)
     on_replica.execute_command("READONLY")  # a replica answers reads of its master's slots then
@@ -147,8 +153,66 @@ def test_a_replicated_write_waits_for_a_replica_but_not_on_a_master_without_one(
     with RedisCluster(masters=3, replicas=0, root=tmp_path / "bare") as bare:
         lone = connect(bare.url)
         for _ in range(3):
-            w = ReplicatedWrite(lone, "{a}k")
-            w.pipe.set("{a}k", "1")
-            assert w.execute() == [True]
+            assert replicated_write(lone, "{a}k", lambda pipe: pipe.set("{a}k", "1")) == [True]
         # The first WAIT timed out (no replica); the next writes went without one.
         assert _waits(bare, bare.master_for_key("{a}k")) == 1
+
+
+def test_counters_join_the_callers_pipeline_and_a_job_ended_while_restarting_stays_listed(
+        cluster: RedisCluster) -> None:
+    client = connect(cluster.url)
+    job_id = jobs.submit(client, Settings.from_env(shards=1), ["http://127.0.1.1:9/"])
+    pipe = client.pipeline(transaction=False)
+    jobs.count(pipe, job_id, a=1, b=2)
+    assert client.hget(keys.counters(job_id), "a") is None  # queued, not sent
+    pipe.execute()
+    assert client.hmget(keys.counters(job_id), ["a", "b"]) == [b"1", b"2"]
+    frontier = Frontier(client)
+    # A script's wakes are pushed by its caller (the wake lists are in a slot of their own).
+    assert frontier._unwrap(job_id, [b"x", [b"1"], 0]) == b"x" and client.llen(keys.wake(1)) == 1
+    # A script said the job ended, but a new cycle started it meanwhile: it stays listed.
+    assert frontier._unwrap(job_id, [b"x", [], 1]) == b"x" and job_id in jobs.active(client)
+    client.hset(keys.meta(job_id), "status", "waiting")
+    frontier._unwrap(job_id, [b"x", [b"0"], 1])
+    assert job_id not in jobs.active(client) and client.llen(keys.wake(0)) == 1
+
+def test_a_finished_job_left_in_the_active_set_is_dropped_by_a_dispatcher(cluster: RedisCluster) -> None:
+    """On a cluster the script ending a job only says so, and its caller takes the job off the
+    active set: a caller lost in between leaves it there until a dispatcher sees it is over."""
+    client = connect(cluster.url)
+    job_id = jobs.submit(client, Settings.from_env(shards=1), ["http://127.0.1.1:9/"])
+    assert job_id in jobs.active(client)
+    dispatcher = Dispatcher(client, [0], lambda *a: None, lambda *a: None)
+    dispatcher.tick()
+    assert job_id in jobs.active(client)  # running: kept
+    client.hset(keys.meta(job_id), "status", jobs.DONE)  # what done_check wrote before its caller died
+    dispatcher.tick(now=time.time() + 2)
+    assert job_id not in jobs.active(client)
+    assert set(FINAL) == set(jobs.FINISHED)
+
+
+def test_cluster_mistakes_end_a_command_with_one_line(cluster: RedisCluster, broker: RedisServer,
+                                                      tmp_path: Path) -> None:
+    def crawler(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "CRAWLER_REDIS_URL": url, "CRAWLER_BROKER_URL": broker.url}
+        return subprocess.run([sys.executable, "-m", "crawler", *args], env=env, capture_output=True, text=True,
+                              timeout=60)
+
+    dead = crawler(f"redis+cluster://127.0.0.1:{free_port()}", "jobs")
+    assert dead.returncode == 1 and dead.stderr.strip().count("\n") == 0, dead.stderr
+    assert "cannot use the Redis Cluster" in dead.stderr
+    # A node named as a plain Redis: some keys are elsewhere, and it says so.
+    for port in cluster.master_ports():
+        got = crawler(f"redis://127.0.0.1:{port}/0", "submit", "http://127.0.1.1:9/", "--store",
+                      f"sqlite:///{tmp_path / 'x.db'}")
+        if got.returncode != 0:
+            assert got.returncode == 2 and "redis+cluster://" in got.stderr, got.stderr
+            assert got.stderr.strip().count("\n") == 0, got.stderr
+            break
+    else:
+        pytest.fail("every master took the job's keys")
+    # An embedded crawl's workers consume every shard, which Celery does from one broker.
+    env = {**os.environ, "CRAWLER_REDIS_URL": cluster.url, "CRAWLER_BROKER_URL": f"{broker.url},{broker.url[:-1]}1"}
+    two = subprocess.run([sys.executable, "-m", "crawler", "crawl", "http://127.0.1.1:9/", "--out",
+                          str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=60)
+    assert two.returncode == 2 and "CRAWLER_BROKER_URL names several" in two.stderr, two.stderr

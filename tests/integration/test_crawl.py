@@ -19,6 +19,7 @@ import redis
 from crawler import jobs
 from crawler.config.settings import Settings
 from crawler.frontier.sharding import shard_of_url
+from crawler.state import keys
 from crawler.testweb import TestWeb
 from crawler.testweb.server import Hit
 from tests.conftest import ROOT, Workers, wait_done
@@ -289,14 +290,14 @@ def test_bloom_and_exact_dedup_store_the_same_set(make_web: Callable[..., TestWe
         st = wait_done(r, job_id)
         got[mode] = {row["url"] for row in rows(tmp_path / f"{mode}.db")}
         assert len(rows(tmp_path / f"{mode}.db")) == len(got[mode])
-        has_bloom = r.exists(f"c:{{{job_id}}}:bloom")
+        has_bloom = r.exists(keys.bloom_meta(job_id))
         assert has_bloom == (mode == "bloom")
         if mode == "bloom":
             c = st["counters"]
             assert c["cache_lookups"] > 0 and c["cache_hits"] > 0
             assert not r.exists(f"c:{{{job_id}}}:seen")  # no per-URL memory in Redis
             res = cli("reset-seen", job_id)
-            assert res.returncode == 0 and not r.exists(f"c:{{{job_id}}}:bloom"), res.stderr
+            assert res.returncode == 0 and not r.exists(keys.bloom_meta(job_id)), res.stderr
     assert got["bloom"] == got["set"] == web.reachable_urls()
 
 

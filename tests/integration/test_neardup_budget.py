@@ -50,7 +50,7 @@ def _held(r: redis.Redis, job: str) -> tuple[int, int]:
         name = key.decode()
         if name.startswith(keys.simhash_pages(job, "")):
             records += sum(1 for rec in r.lrange(key, 0, -1) if rec)
-        elif name.startswith(keys.prefix(job) + keys.SIMHASH_BAND + "g"):
+        elif name.startswith(keys.neardup_prefix(job) + keys.SIMHASH_BAND + "g"):
             band = name.split(":")[-2]  # ...:sh:g<gen>:<band>:<k>
             n = sum(len(v) // 12 for v in r.hvals(key))
             per_band[band] = per_band.get(band, 0) + n
@@ -109,7 +109,7 @@ def test_the_budget_is_the_jobs_and_a_job_from_before_budgets_keeps_its_unbounde
     assert nd.budget("new-job") == 600 and nd.budget("old-job") == 0
     assert nd.budget("no-such-job") == Settings().near_duplicate_budget
     nd.find_or_add("old-job", [("http://a/", 1 << 40)], 3)
-    assert r.exists(keys.simhash_band("old-job", 0, 0)) and not r.exists(keys.prefix("old-job") + "sh:f")
+    assert r.exists(keys.simhash_band("old-job", 0, 0)) and not r.exists(keys.neardup_prefix("old-job") + "sh:f")
 
 
 def detection(r: redis.Redis, budget: int, lags: list[int], seed: int = 1) -> float:

@@ -37,7 +37,7 @@ def _frontier_bytes(r: redis.Redis, job_id: str) -> int:
     total = 0
     for k in r.scan_iter(keys.job_pattern(job_id), count=1000):
         name = k.decode()
-        if name.startswith(keys.prefix(job_id) + "bf:"):
+        if name.startswith(keys.role_prefix(job_id, keys.BLOOM)):
             continue
         total += int(r.memory_usage(k, samples=0) or 0)
     return total

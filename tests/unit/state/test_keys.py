@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import fnmatch
+import re
 from pathlib import Path
 
 from crawler.dedup import neardup
@@ -22,10 +24,19 @@ def test_every_job_key_carries_the_jobs_hash_tag() -> None:
     assert p == "c:{j1}:"
     built = [*lua.job_keys("j1")[:-1], keys.host_queue("j1", "a.com"), keys.ready("j1", 2),
              keys.ip_wait("j1", "h:a.com"), keys.pending_parts("j1", "t"), keys.cycle("j1", 3),
-             keys.simhash_band("j1", 0, 7), keys.simhash_pages("j1", 7), keys.simhash_seq("j1"), keys.sitemaps("j1"),
-             keys.bloom_meta("j1"), keys.body("j1", "t", "http://a.com/")]
+             keys.sitemaps("j1")]
     assert all(k.startswith(p) for k in built)
     assert len(set(built)) == len(built)
+    # Parts no frontier script touches: a tag each (the job's, then a role), all found by job_pattern.
+    parts = {"nd": [keys.simhash_band("j1", 0, 7), keys.simhash_pages("j1", 7), keys.simhash_seq("j1")],
+             "bf": [keys.bloom_meta("j1"), keys.bloom_segment("j1", 0, 3), keys.bloom_memo("j1", "t")]}
+    for role, names in parts.items():
+        assert all(k.startswith(f"c:{{j1~{role}}}:") for k in names), names
+    bodies = {keys.body("j1", "t", f"http://a.com/{i}") for i in range(200)}
+    assert {b.split("}")[0] for b in bodies} == {f"c:{{j1~b{i}" for i in range(keys.BODY_SLOTS)}
+    pattern = re.compile(fnmatch.translate(keys.job_pattern("j1")))
+    assert all(pattern.match(k) for k in [*built, *parts["nd"], *parts["bf"], *bodies])
+    assert not pattern.match(keys.meta("j10")) and not pattern.match(keys.bloom_meta("j10"))
 
 
 def test_names_the_scripts_build_from_the_prefix_agree() -> None:
@@ -39,8 +50,9 @@ def test_names_the_scripts_build_from_the_prefix_agree() -> None:
         assert built.startswith(p + spelled.split("'")[1])
         assert spelled in lua.ADMIT + lua.DISPATCH + lua.CLAIM_CYCLE + lua.REAP
     assert keys.wake(3) == "c:{wake}:3" and "'c:{wake}:' .. shard" in lua.DISPATCH
-    assert keys.simhash_band("j", 0, 5) == p + "sh:0:5" and "P .. 'sh:' .. b .. ':'" in neardup._FIND_OR_ADD
-    assert keys.simhash_pages("j", 5) == p + "sh:d:5" and "P .. 'sh:d:'" in neardup._FIND_OR_ADD
+    nd = keys.neardup_prefix("j")
+    assert keys.simhash_band("j", 0, 5) == nd + "sh:0:5" and "P .. 'sh:' .. b .. ':'" in neardup._FIND_OR_ADD
+    assert keys.simhash_pages("j", 5) == nd + "sh:d:5" and "P .. 'sh:d:'" in neardup._FIND_OR_ADD
     assert keys.simhash_pages("j", 5).startswith(keys.simhash_band_pattern("j")[:-1])
 
 
