@@ -9,6 +9,8 @@ import threading
 from typing import Any
 
 from celery import bootsteps
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from crawler import stages
 from crawler.celeryapp.config import redis_url
@@ -49,7 +51,9 @@ class StarterStep(bootsteps.StartStopStep):
             while not self.stopping.wait(INTERVAL):
                 try:
                     starters.tick()
-                except Exception:  # Redis away for a moment: the next round tries again
+                except (RedisConnectionError, RedisTimeoutError) as exc:  # a failover: next round
+                    log.warning("start requests: redis unavailable (%s); retrying", exc)
+                except Exception:
                     log.exception("start requests: a round failed")
         finally:
             try:

@@ -50,8 +50,10 @@ def context(node: str | None = None) -> stages.Context:
     if _ctx is None or _ctx_pid != os.getpid():
         _ctx = stages.Context.default(connect(redis_url()))
         _ctx_pid = os.getpid()
-        if node:
-            _ctx.node = node
+    # Named by the first task that knows the worker's name, whatever built it (a beat tick or a
+    # redelivery check knows none): its pages and its node's counts go under that name.
+    if node and _ctx.node != node:
+        _ctx.node = node
     return _ctx
 
 

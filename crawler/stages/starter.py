@@ -26,6 +26,9 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from crawler import jobs
 from crawler.config.scope import url_patterns
 from crawler.dedup import admit_links
@@ -123,6 +126,8 @@ class Starters:
                 self._round(job_id)
             except KeyError:  # the job went meanwhile
                 self._drop(job_id)
+            except (RedisConnectionError, RedisTimeoutError):
+                raise  # Redis away (a failover): the whole round waits for the next, in one line
             except Exception:  # one job's trouble must not stop the others' starters
                 log.exception("job %s: start requests", job_id)
 

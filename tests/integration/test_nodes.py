@@ -52,3 +52,16 @@ def test_nodes_lists_workers_their_shards_work_and_state(r: redis.Redis, make_we
     assert cli.main(["nodes"]) == 0
     out = capsys.readouterr().out
     assert "silent for" in out and "gone" in out
+
+
+def test_a_process_context_built_by_a_task_without_the_workers_name_takes_it_from_the_next(
+        redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A beat tick or a redelivery check builds the task context knowing no worker name; the
+    worker's pages and fetch counts must still go under its name, not ``host:pid``."""
+    from crawler.celeryapp import tasks
+
+    monkeypatch.setattr(tasks, "_ctx", None)  # this process's own, put back after
+    first = tasks.context()
+    assert "@" not in first.node  # the process's own name, for want of another
+    assert tasks.context("w1@vm") is first and first.node == "w1@vm"
+    assert tasks.context().node == "w1@vm"  # a later nameless call keeps it
