@@ -182,7 +182,7 @@ class Frontier:
         self.cluster = is_cluster_client(redis)
         self._starts = (self._resume, self._run_cycle)  # the scripts that may set a job running
 
-    def _call(self, script: Script, job: str, *args: str | int | float, client: Any = None) -> Any:
+    def _call(self, script: Script, job: str, *args: str | int | float) -> Any:
         """Run a frontier script for ``job``: KEYS ``lua.job_keys``, ARGV the key prefix, the job
         and ``args`` (see ``lua``)."""
         if self.cluster and script in self._starts:
@@ -190,8 +190,7 @@ class Frontier:
             # leave a running job no dispatcher looks at; a listed job that is not running costs
             # a dispatcher a look per tick.
             self.redis.sadd(keys.JOBS, job)
-        got = script(keys=lua.job_keys(job, self.cluster), args=[keys.prefix(job), job, *args],
-                     client=client or self.redis)
+        got = script(keys=lua.job_keys(job, self.cluster), args=[keys.prefix(job), job, *args])
         if script is self._queue_lengths:
             return got  # a read, not wrapped
         result = self._unwrap(job, got)
@@ -347,26 +346,20 @@ class Frontier:
             if done:
                 self._call(self._fetched, job, *args)
             return
-        if done and self.cluster:
-            # A cluster's pipeline takes no scripts: the script goes after it.
-            failed = next((r for r in pipe.execute(raise_on_error=False) if isinstance(r, Exception)), None)
-            if failed is not None:
-                raise failed
-            self._call(self._fetched, job, *args)
-            return
-        if done:
+        in_pipe = bool(done) and not self.cluster  # a cluster's pipeline takes no scripts
+        if in_pipe:
             # EVALSHA on the pipeline itself: given the Script, redis-py would first ask Redis
             # whether it is loaded (SCRIPT EXISTS), a round trip more on every fetch task.
-            script_keys = lua.job_keys(job, self.cluster)
+            script_keys = lua.job_keys(job)
             pipe.evalsha(self._fetched.sha, len(script_keys), *script_keys, keys.prefix(job), job, *args)
         results = pipe.execute(raise_on_error=False)
-        if done and isinstance(results[-1], NoScriptError):  # a Redis restarted or failed over
+        if in_pipe and isinstance(results[-1], NoScriptError):  # a Redis restarted or failed over
             results[-1] = self._call(self._fetched, job, *args)
-        elif done and not isinstance(results[-1], Exception):
-            self._unwrap(job, results[-1])
         failed = next((r for r in results if isinstance(r, Exception)), None)
         if failed is not None:
             raise failed
+        if done and self.cluster:
+            self._call(self._fetched, job, *args)  # last, as it would have run in the pipeline
 
     def host_politeness(self, job: str, hosts: Sequence[str]) -> tuple[list[HostOverride | None], list[float | None]]:
         """The operator's overrides and the hosts' own delays, in one round trip."""
