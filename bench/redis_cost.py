@@ -53,8 +53,9 @@ TARGET_COMMANDS = 40.0  # per page, issue 29
 TARGET_CPU_MS = 0.25
 
 
-def snapshot(url: str) -> tuple[Counter[str], float]:
-    """(calls per command, Redis CPU seconds) of the server at ``url`` so far."""
+def snapshot(url: str) -> tuple[Counter[str], float, Counter[str]]:
+    """(calls per command, Redis CPU seconds, microseconds spent in each command) of the server
+    at ``url`` so far. A script's microseconds include those of the commands it runs."""
     r = connect(url)
     try:
         stats = r.info("commandstats")
@@ -62,10 +63,12 @@ def snapshot(url: str) -> tuple[Counter[str], float]:
     finally:
         r.close()
     calls: Counter[str] = Counter()
+    usec: Counter[str] = Counter()
     for name, v in stats.items():
         # redis-py parses "cmdstat_hget:calls=3,usec=..." into {"cmdstat_hget": {"calls": 3, ...}}
         calls[name.removeprefix("cmdstat_")] = int(v["calls"])
-    return calls, float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+        usec[name.removeprefix("cmdstat_")] = int(v["usec"])
+    return calls, float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), usec
 
 
 # Structure of a job key (what follows ``c:{job}:``) -> (name, how its units are counted).
@@ -83,7 +86,7 @@ def _structure(rest: str) -> str:
         return "per-host records"
     if head == "ready":
         return "ready sets"
-    if head in ("b", "bm", "pend", "pendb", "pendc"):
+    if head in ("b", "bb", "bm", "pend", "pendb", "pendc"):
         return "bodies and pending links (transient)"
     return "job records (meta, counters, log, ...)"
 
@@ -190,11 +193,11 @@ def run_once(spec: WebSpec, workers: int, work: Path, profile: bool = False,
     commands make that run's counts no measurement)."""
     expect = len(reachable(spec))
     with RedisServer() as server:
-        calls0, cpu0 = snapshot(server.url)
+        calls0, cpu0, usec0 = snapshot(server.url)
         stop = threading.Event()
         if monitor is not None:
             threading.Thread(target=breakdown, args=(server.url, stop, monitor), daemon=True).start()
-        after: list[tuple[Counter[str], float]] = []
+        after: list[tuple[Counter[str], float, Counter[str]]] = []
         mem: dict[str, Any] = {}
 
         def progress(st: dict[str, Any], elapsed: float) -> None:
@@ -210,7 +213,7 @@ def run_once(spec: WebSpec, workers: int, work: Path, profile: bool = False,
                 raise KeyboardInterrupt
 
         outcome = crawl(our_settings(server.url, spec, workers), spec.seeds(), str(work), progress)
-        calls1, cpu1 = after[0] if after else snapshot(server.url)
+        calls1, cpu1, usec1 = after[0] if after else snapshot(server.url)
         stop.set()
     # The snapshots' own INFO calls are not the crawl's.
     calls = Counter({k: v - calls0.get(k, 0) for k, v in calls1.items() if v - calls0.get(k, 0) > 0})
@@ -220,10 +223,12 @@ def run_once(spec: WebSpec, workers: int, work: Path, profile: bool = False,
     if pages == 0:
         raise RuntimeError(f"the crawl stored nothing: {outcome.status}")
     total = sum(calls.values())
+    usec = Counter({k: v - usec0.get(k, 0) for k, v in usec1.items() if v - usec0.get(k, 0) > 0})
     return {"pages": pages, "fetched": int(counters.get("fetched", 0)), "elapsed_s": outcome.elapsed,
             "commands": total, "commands_per_page": total / pages, "redis_cpu_s": cpu1 - cpu0,
             "redis_cpu_ms_per_page": (cpu1 - cpu0) / pages * 1000,
-            "per_page": {k: v / pages for k, v in calls.most_common()}, "memory": mem}
+            "per_page": {k: v / pages for k, v in calls.most_common()},
+            "usec_per_page": {k: v / pages for k, v in usec.most_common()}, "memory": mem}
 
 
 def print_breakdown(where: Counter[str], pages: int) -> None:
@@ -297,6 +302,13 @@ def main() -> None:
         print("top commands per page:")
         for name, v in sorted(per_cmd.items(), key=lambda kv: -kv[1])[:args.top]:
             print(f"  {name:<20} {v:7.2f}")
+        usec_names = {k for r in runs for k in r["usec_per_page"]}
+        per_usec = {k: statistics.median(r["usec_per_page"].get(k, 0.0) for r in runs) for k in usec_names}
+        # What commands cost the Redis process runs on top of this: reading requests, writing replies.
+        print(f"microseconds per page spent in commands ({sum(per_usec.get(k, 0.0) for k in per_cmd):.0f} in all, "
+              "a script's including those it runs):")
+        for name, v in sorted(per_usec.items(), key=lambda kv: -kv[1])[:args.top]:
+            print(f"  {name:<20} {v:7.1f}")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"redis_cost{'-' + args.label if args.label else ''}-{stamp}.json"

@@ -4,7 +4,7 @@ a job."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from redis import Redis
 
@@ -25,23 +25,26 @@ ADMIT_CHUNK = 1000
 def admit_links(redis: Redis, frontier: Frontier, job_id: str, settings: Settings, entries: Sequence[Entry],
                 token: str = "", cache: SeenCache | None = None,
                 seen: SeenSet | None = None, cache_space: str = "",
-                chunk: int = ADMIT_CHUNK) -> tuple[Admitted, int]:
+                chunk: int = ADMIT_CHUNK, counts: Mapping[str, int] | None = None) -> tuple[Admitted, int]:
     """Queue the canonical entries this job has not seen. Returns (URLs queued, cache hits).
 
     ``seen`` (default: the one the job's settings name) decides what is new: see
     ``crawler.dedup.seenset``. The local cache, when given, answers for URLs this process
     already knows are seen in ``cache_space`` (default: the job). At most ``chunk`` entries go
     to Redis in one script call; the parts are cut from ``entries`` before the cache filters
-    them, so a redelivered batch is cut the same way whichever process admits it."""
+    them, so a redelivered batch is cut the same way whichever process admits it. ``counts``:
+    to add to the job's counters with the batch's last part, with the cache's hits (as
+    ``duplicates`` and ``cache_hits``), unless the batch was admitted before."""
     seen = seen or seen_set(redis, frontier, job_id, settings)
     if len(entries) <= chunk:
-        return _admit(frontier, job_id, entries, token, cache, seen, cache_space)
+        return _admit(frontier, job_id, entries, token, cache, seen, cache_space, counts=counts)
     queued = Admitted()
     hits = 0
     parts = range(0, len(entries), chunk)
     for k, start in enumerate(parts):
         got, h = _admit(frontier, job_id, entries[start:start + chunk], token, cache, seen,
-                        cache_space, part=k, last=k == len(parts) - 1)
+                        cache_space, part=k, last=k == len(parts) - 1,
+                        counts=counts if k == len(parts) - 1 else None)
         queued += got
         queued.spilled += got.spilled
         hits += h
@@ -49,7 +52,8 @@ def admit_links(redis: Redis, frontier: Frontier, job_id: str, settings: Setting
 
 
 def _admit(frontier: Frontier, job_id: str, entries: Sequence[Entry], token: str, cache: SeenCache | None,
-           seen: SeenSet, cache_space: str, part: int | None = None, last: bool = True) -> tuple[Admitted, int]:
+           seen: SeenSet, cache_space: str, part: int | None = None, last: bool = True,
+           counts: Mapping[str, int] | None = None) -> tuple[Admitted, int]:
     hits = 0
     space = cache_space or job_id
     if cache is not None and token and seen.answered(token):
@@ -61,10 +65,12 @@ def _admit(frontier: Frontier, job_id: str, entries: Sequence[Entry], token: str
         fresh = [e for e in entries if not cache.seen(f"{space} {e.url}")]
         hits = len(entries) - len(fresh)
         entries = fresh
-    admission = seen.admit(entries, token=token, part=part, last=last)
+    mine = {**(counts or {}), "duplicates": hits, "cache_hits": hits} if cache is not None else counts
+    admission = seen.admit(entries, token=token, part=part, last=last, counts=mine)
     if admission.ignored:
         return Admitted(), hits
-    frontier.count(job_id, duplicates=hits + admission.duplicates)
+    if admission.duplicates:
+        frontier.count(job_id, duplicates=admission.duplicates)
     if cache is not None:
         for e in entries:
             cache.add(f"{space} {e.url}")

@@ -113,6 +113,12 @@ def _hashes(url: str) -> tuple[int, int, int]:
     return h & 0xFFFFFFFF, ((h >> 32) & 0xFFFFFFFF) | 1, h >> 64
 
 
+def _offsets(hashes: tuple[int, int, int], layer: Layer) -> list[int]:
+    """The URL's k bit positions in its segment of ``layer`` (double hashing)."""
+    h1, h2, _ = hashes
+    return [(h1 + j * h2) % layer.segment_bits for j in range(layer.k)]
+
+
 def legacy_layout(redis: Redis, job: str) -> bool:
     """Whether the job was submitted before its Bloom filter and near-duplicate index had tags of
     their own (``keys.LAYOUT_FIELD``): then they stay under the job's tag, whatever resets them."""
@@ -218,11 +224,11 @@ class BloomSeen:
         pipe = self.redis.pipeline(transaction=False)
         plan = []
         for i in todo:
-            h1, h2, top = hashes[i]
+            top = hashes[i][2]
             for layer in layers:
                 ops: list[str | int] = []
-                for j in range(layer.k):
-                    ops += ["GET", "u1", (h1 + j * h2) % layer.segment_bits]
+                for offset in _offsets(hashes[i], layer):
+                    ops += ["GET", "u1", offset]
                 pipe.execute_command("BITFIELD_RO",  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
                                       self.segment_key(layer.index, top % layer.segments), *ops)
                 plan.append(i)
@@ -246,31 +252,25 @@ class BloomSeen:
         by_segment: dict[int, list[int]] = defaultdict(list)
         for i in todo:
             by_segment[hashes[i][2] % layer.segments].append(i)
-        # One segment (a small batch's usual case) goes without a pipeline, which would ask
-        # Redis whether the script is loaded on every execute.
-        # A cluster's pipeline takes no scripts: one call per segment there.
-        pipe = self.redis.pipeline(transaction=False) if len(by_segment) > 1 and not self.cluster else None
-        order = []
-        results = []
+        if not by_segment:
+            return False
+        # One call for every segment the batch touches (a layer's segments share a slot).
+        script_keys = [self.meta, memo]
+        args: list[int | str] = [layer.index, layer.k, layer.segment_bits, layer.capacity]
+        order: list[int] = []
         for seg, members in by_segment.items():
-            args: list[int | str] = [layer.index, layer.k, layer.segment_bits, layer.capacity]
+            script_keys.append(self.segment_key(layer.index, seg))
             for i in members:
-                args += [hashes[i][0], hashes[i][1], ids[i]]
-            got = self._add(keys=[self.segment_key(layer.index, seg), self.meta, memo], args=args,
-                            client=pipe or self.redis)
-            if pipe is None:
-                results.append(got)
-            order.append(members)
-        stale = False
-        for members, res in zip(order, pipe.execute() if pipe is not None else results, strict=True):
-            res = res.decode() if isinstance(res, bytes) else res
-            if res == "STALE":
-                stale = True
-                continue
-            for i, flag in zip(members, res, strict=True):
-                if flag != "?":
-                    answer[i] = flag == "1"
-        return stale
+                args += [len(script_keys), ids[i], *_offsets(hashes[i], layer)]
+            order += members
+        res = self._add(keys=script_keys, args=args)
+        res = res.decode() if isinstance(res, bytes) else res
+        if res == "STALE":
+            return True
+        for i, flag in zip(order, res, strict=True):
+            if flag != "?":
+                answer[i] = flag == "1"
+        return False
 
     def reset(self) -> int:
         """Forget everything this job has seen. Returns the keys deleted."""

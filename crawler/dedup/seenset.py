@@ -5,7 +5,7 @@ need), and the Bloom filter (``BloomSeen``: bounded memory, a false-positive rat
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -17,6 +17,13 @@ from crawler.frontier import Entry, Frontier
 from crawler.frontier.core import Admitted
 
 
+def _plus(counts: Mapping[str, int] | None, **more: int) -> dict[str, int]:
+    out = dict(counts or {})
+    for name, n in more.items():
+        out[name] = out.get(name, 0) + n
+    return out
+
+
 def queue_cap(settings: Settings) -> int:
     """URLs a host's queue holds in Redis at most (0: no cap): the overflow needs a store."""
     return settings.host_queue_cap if settings.store else 0
@@ -25,7 +32,7 @@ def queue_cap(settings: Settings) -> int:
 @dataclass(frozen=True)
 class Admission:
     queued: Admitted  # the URLs queued (and how many of them went to the store)
-    duplicates: int  # entries found seen that the admit script does not count itself
+    duplicates: int  # entries found seen that the admit script did not count
     ignored: bool = False  # the batch is not pending: nothing was queued or marked seen
 
 
@@ -35,9 +42,11 @@ class SeenSet(Protocol):
     name: str
 
     def admit(self, entries: Sequence[Entry], *, token: str = "", part: int | None = None,
-              last: bool = True) -> Admission:
+              last: bool = True, counts: Mapping[str, int] | None = None) -> Admission:
         """Queue the entries not seen before and mark them seen. A batch ``token`` is
-        admitted once: delivered again, it queues nothing and marks nothing."""
+        admitted once: delivered again, it queues nothing and marks nothing (and counts
+        nothing). ``counts``: to add to the job's counters with the admission's own (the
+        batch's URLs a local cache found seen, as ``duplicates``)."""
         ...
 
     def answered(self, token: str) -> bool:
@@ -68,11 +77,11 @@ class ExactSeen:
         self.redis, self.frontier, self.job_id, self.settings = redis, frontier, job_id, settings
 
     def admit(self, entries: Sequence[Entry], *, token: str = "", part: int | None = None,
-              last: bool = True) -> Admission:
+              last: bool = True, counts: Mapping[str, int] | None = None) -> Admission:
         s = self.settings
         queued = self.frontier.admit(self.job_id, entries, s.shards, token=token, part=part, last=last,
                                      budget=s.max_pages, max_depth=s.max_depth, host_budget=s.max_pages_per_host,
-                                     queue_cap=queue_cap(s))
+                                     queue_cap=queue_cap(s), counts=counts)
         return Admission(queued, 0)  # the admit script counts the exact set's own duplicates
 
     def answered(self, token: str) -> bool:
@@ -102,7 +111,7 @@ class BloomSeenSet:
         self.bloom = bloom or BloomSeen(redis, job_id, capacity=settings.bloom_capacity, p=settings.bloom_error_rate)
 
     def admit(self, entries: Sequence[Entry], *, token: str = "", part: int | None = None,
-              last: bool = True) -> Admission:
+              last: bool = True, counts: Mapping[str, int] | None = None) -> Admission:
         if token and not self.frontier.pending(self.job_id, token):
             # Admission would ignore this batch (admitted already, or from before a Redis loss
             # and `recover`); its URLs must not reach the filter either, or they would count as
@@ -113,11 +122,12 @@ class BloomSeenSet:
         s = self.settings
         queued = self.frontier.admit(self.job_id, [e for e in entries if e.url in new], s.shards, token=token,
                                      trusted=True, part=part, last=last, budget=s.max_pages, max_depth=s.max_depth,
-                                     host_budget=s.max_pages_per_host, queue_cap=queue_cap(s))
+                                     host_budget=s.max_pages_per_host, queue_cap=queue_cap(s),
+                                     counts=_plus(counts, duplicates=len(entries) - len(new)))
         if last:
             # The batch is admitted: its token is no longer pending, so its memo has no reader.
             self.bloom.drop_memo(token)
-        return Admission(queued, len(entries) - len(new))
+        return Admission(queued, 0)  # counted by the admit script
 
     def answered(self, token: str) -> bool:
         # Its bits were set (and its answers kept) but the batch is still pending: a worker died

@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from redis import Redis
 from redis.commands.core import Script
@@ -155,6 +155,13 @@ def wake_shards(pipe: Any, shards: Iterable[int | str]) -> None:
         pipe.ltrim(keys.wake(shard), 0, 0)
 
 
+def _counts_args(counts: Mapping[str, int] | None) -> list[str | int]:
+    """Counters for a script to add (``counts_at`` in ``scripts/helpers.lua``): how many, then
+    (name, amount) pairs."""
+    nonzero = [(k, v) for k, v in (counts or {}).items() if v]
+    return [len(nonzero), *(x for kv in nonzero for x in kv)]
+
+
 def _flat(leases: Iterable[Lease]) -> list[str]:
     return [part for lease in leases for part in lease]
 
@@ -220,7 +227,7 @@ class Frontier:
     def admit(self, job: str, entries: Sequence[Entry], shards: int, *, token: str = "",
               budget: int = 0, max_depth: int = 0, host_budget: int = 0, trusted: bool = False,
               now: float | None = None, part: int | None = None, last: bool = True,
-              queue_cap: int = 0) -> Admitted:
+              queue_cap: int = 0, counts: Mapping[str, int] | None = None) -> Admitted:
         """Queue the entries whose canonical URL this job has not seen; return those URLs.
 
         ``token`` names a link batch registered with ``expect``; a batch admitted once is
@@ -232,9 +239,11 @@ class Frontier:
         composition each time it is delivered; each is admitted once, and the ``last`` one,
         called after all the others, ends the batch. ``queue_cap`` (0: none) caps each host's
         queue in Redis: the URLs over it are staged for the store (``crawler.frontier.spill``).
+        ``counts``: to add to the job's counters with the script's own, unless the batch was
+        admitted before.
         """
         args: list[str | int | float] = [token, now or time.time(), budget, max_depth, host_budget, int(trusted),
-                                         "" if part is None else part, int(last), queue_cap]
+                                         "" if part is None else part, int(last), queue_cap, *_counts_args(counts)]
         # Hosts of a shard that is down queue on its backup (a stale view is swept: rebalance).
         down = liveshards.down(self.redis, shards)
         for e in entries:
@@ -281,17 +290,19 @@ class Frontier:
 
     def dispatch(self, job: str, shard: int, *, max_urls: int, per_host: int, delay: float,
                  lease_timeout: float, concurrency: int, per_ip: int = 0, now: float | None = None,
-                 batch: int = 0, min_free: int = 0, token: str | None = None, offset: int = 0) -> Dispatched:
+                 batch: int = 0, min_free: int = 0, token: str | None = None, offset: int = 0,
+                 depths: bool = True) -> Dispatched:
         """Lease the URLs of due hosts within the host, address and job budgets; ``batch``: URLs
         per fetch task (see ``Dispatched.batches``); ``min_free``: while requests are in flight,
         lease nothing until this many slots are free. ``token`` and ``offset``: lease under a token
         an earlier call (for another shard) used, numbering batches on from its ``offset`` URLs,
-        so one dispatcher's shards fill fetch tasks together (see ``merged_batches``)."""
+        so one dispatcher's shards fill fetch tasks together (see ``merged_batches``). ``depths``
+        False: the job's seen set keeps no depths (a Bloom filter's job), none are looked up."""
         now = time.time() if now is None else now
         token = token or new_token(now)
         flat, nxt, slots, inflight = self._call(self._dispatch, job, shard, now, max_urls, per_host, delay,
                                                 now + lease_timeout, token, concurrency, per_ip, batch, min_free,
-                                                offset)
+                                                offset, int(depths))
         items = [(Entry.decode(flat[i]), flat[i + 1].decode()) for i in range(0, len(flat), 2)]
         due = float(nxt) if nxt else None
         return Dispatched(token, items, due if due is not None and due < lua.PARKED else None, int(slots) == 0,
@@ -316,9 +327,10 @@ class Frontier:
         seconds, plus ``extra`` (a store retry's wait), so pages that parse and store are
         holding do not expire back to the frontier. Never shortens a lease. Returns how many,
         or -1 when nothing was asked of Redis: ``since`` is a time after which every one of these
-        leases was given ``lease_timeout`` (the earliest fetch of their pages: the fetch stage
-        renews its leases after fetching), and less than ``FRESH`` of it has passed, so a
-        renewal would buy little (the usual page, parsed and stored within a second)."""
+        leases had at least ``1 - FRESH`` of ``lease_timeout`` left (the earliest fetch of their
+        pages: ``fetched`` renews a lease older than that), and less than ``FRESH`` of it has
+        passed, so a renewal would buy little (the usual page, parsed and stored within a
+        second)."""
         if not leases:
             return 0
         now = time.time()
@@ -328,18 +340,26 @@ class Frontier:
         return int(self._call(self._renew, job, deadline, *_flat(leases)))
 
     def fetched(self, job: str, done: Sequence[Fetched], *, lease_timeout: float, delay: float,
-                pipe: Any = None, delays: Mapping[str, float] | None = None) -> None:
+                pipe: Any = None, delays: Mapping[str, float] | None = None,
+                counts: Mapping[str, int] | None = None) -> None:
         """The requests are over: free their hosts' slots (the host may go again after its
         delay), learn the hosts' addresses, renew the leases until the pages are stored, and send
         those with a ``retry_at`` to wait out their backoff. ``delays``: the hosts' own delays
         as the caller has just set them (``set_host_delays``), so the script need not read them.
         ``pipe``: the caller's pipeline (not a transaction), which gets the script last and is
-        executed here, raising its first error as ``execute`` would."""
+        executed here, raising its first error as ``execute`` would. ``counts``: to add to the
+        job's counters, with the script's own (a write of them all)."""
         args: list[str | int | float] = []
+        if not done and counts:
+            self.count(job, pipe=pipe, **counts)
         if done:
             now = time.time()
             own = delays or {}
-            args = [now, now + lease_timeout, delay,
+            # Leased less than ``FRESH`` of the timeout ago: the dispatch's deadline leaves parse
+            # and store most of a timeout, and rewriting it would cost a command per page.
+            fresh = all((made := token_time(f.token)) is not None and now - made < lease_timeout * FRESH
+                        for f in done)
+            args = [now, "" if fresh else now + lease_timeout, delay, *_counts_args(counts),
                     *(part for f in done
                       for part in (f.url, f.token, f.retry_at, f.ip, own.get(host_key(f.url), "") if own else ""))]
         if pipe is None:
@@ -372,11 +392,16 @@ class Frontier:
         return ([None if raw is None else HostOverride.decode(text(raw)) for raw in overrides],
                 [None if raw is None else float(raw) for raw in delays])
 
-    def release(self, job: str, leases: Sequence[Lease], *, delay: float, max_depth: int = 0) -> int:
-        """The pages are stored: end their leases. Returns how many this call ended."""
+    def release(self, job: str, leases: Sequence[Lease], *, delay: float, max_depth: int = 0,
+                counts: Mapping[str, int] | None = None) -> int:
+        """The pages are stored: end their leases. Returns how many this call ended. ``counts``:
+        to add to the job's counters, with the script's own."""
         if not leases:
+            if counts:
+                self.count(job, **counts)
             return 0
-        return int(self._call(self._release, job, time.time(), delay, max_depth, *_flat(leases)))
+        return int(self._call(self._release, job, time.time(), delay, max_depth, *_counts_args(counts),
+                              *_flat(leases)))
 
     def reap(self, job: str, *, delay: float, max_attempts: int, now: float | None = None,
              limit: int = 1000) -> Reaped:
@@ -475,13 +500,16 @@ class Frontier:
         self.redis.srem(keys.JOBS, job)
         return True
 
-    def count(self, job: str, **deltas: int) -> None:
-        """Add to the job's counters, beside those the scripts keep."""
-        pipe = self.redis.pipeline(transaction=False)
+    def count(self, job: str, pipe: Any = None, **deltas: int) -> None:
+        """Add to the job's counters, beside those the scripts keep. ``pipe``: a pipeline to add
+        them to, executed by the caller."""
+        own = pipe is None
+        pipe = self.redis.pipeline(transaction=False) if own else pipe
         for name, delta in deltas.items():
             if delta:
                 pipe.hincrby(keys.counters(job), name, delta)
-        pipe.execute()
+        if own:
+            pipe.execute()
 
     def host_stats(self, job: str, scan_queues: bool = True) -> list[HostStats]:
         """Every host the job has admitted URLs of, fetched from, a delay or an override of its
@@ -510,10 +538,9 @@ class Frontier:
                           in_store=int(sent.get(h, 0)) - int(refilled.get(h, 0)))
                 for h, q in zip(ordered, lengths, strict=True)]
 
-    def count_hosts(self, job: str, fetched: Mapping[str, int], errors: Mapping[str, int], pipe: Any) -> None:
-        """Add to the hosts' fetched and error counts (in the caller's pipeline)."""
-        for host, n in fetched.items():
-            pipe.hincrby(keys.host_fetched(job), host, n)
+    def count_hosts(self, job: str, errors: Mapping[str, int], pipe: Any) -> None:
+        """Add to the hosts' error counts (in the caller's pipeline); ``fetched`` counts the pages
+        fetched from each."""
         for host, n in errors.items():
             pipe.hincrby(keys.host_errors(job), host, n)
 
@@ -594,22 +621,67 @@ class Frontier:
             fields: dict[FieldT, EncodableT] = {h: d for h, d in delays.items()}
             (pipe or self.redis).hset(keys.host_delays(job), mapping=fields)
 
+    def hold_bodies(self, job: str, token: str, bodies: Mapping[str, bytes], ttl: float,
+                    pipe: Any = None) -> dict[str, str]:
+        """Keep fetched pages' bodies (by URL) for parse and store, for ``ttl`` seconds at most, in
+        one hash for the task (``keys.body_batch``); returns the reference each travels under in
+        messages. ``pipe``: a pipeline to add the writes to."""
+        if not bodies:
+            return {}
+        key = keys.body_batch(job, token)
+        target = pipe if pipe is not None else self.redis.pipeline(transaction=False)
+        target.hset(key, mapping={keys.body_field(url): body for url, body in bodies.items()})
+        target.expire(key, int(ttl))
+        if pipe is None:
+            target.execute()
+        return {url: keys.body_ref(job, token, url) for url in bodies}
+
     def hold_body(self, job: str, token: str, url: str, body: bytes, ttl: float, pipe: Any = None) -> str:
-        """Keep a fetched page's body for parse and store, for ``ttl`` seconds at most; returns the
-        key it travels under in messages. ``pipe``: a pipeline to add the write to."""
-        key = keys.body(job, token, url)
-        (pipe or self.redis).set(key, body, ex=int(ttl))
-        return key
+        """``hold_bodies`` for one page."""
+        return self.hold_bodies(job, token, {url: body}, ttl, pipe)[url]
 
-    def bodies(self, body_keys: Sequence[str]) -> list[bytes | None]:
-        """The bodies under ``body_keys`` (None for one that expired or that Redis lost)."""
-        # The client does not decode responses: values come back as bytes.
-        return cast(list[bytes | None], mget(self.redis, list(body_keys))) if body_keys else []
+    def bodies(self, refs: Sequence[str]) -> list[bytes | None]:
+        """The bodies under ``refs`` (None for one that expired or that Redis lost, and for "" or
+        "-"): one HMGET per task's hash, one MGET for keys of their own (from before hashes)."""
+        out: list[bytes | None] = [None] * len(refs)
+        grouped: dict[str, list[tuple[int, str]]] = {}
+        plain: list[tuple[int, str]] = []
+        for i, ref in enumerate(refs):
+            if ref in ("", "-"):
+                continue
+            split = keys.split_body_ref(ref)
+            if split is None:
+                plain.append((i, ref))
+            else:
+                grouped.setdefault(split[0], []).append((i, split[1]))
+        if plain:
+            # The client does not decode responses: values come back as bytes.
+            for (i, _), value in zip(plain, mget(self.redis, [k for _, k in plain]), strict=True):
+                out[i] = value
+        if grouped:
+            pipe = self.redis.pipeline(transaction=False)
+            for key, items in grouped.items():
+                pipe.hmget(key, [field for _, field in items])
+            for items, values in zip(grouped.values(), pipe.execute(), strict=True):
+                for (i, _), value in zip(items, values, strict=True):
+                    out[i] = value
+        return out
 
-    def drop_bodies(self, body_keys: Sequence[str], pipe: Any = None) -> None:
-        """The pages are stored: their bodies go."""
-        if body_keys:
-            unlink_all(pipe or self.redis, body_keys)
+    def drop_bodies(self, refs: Sequence[str], pipe: Any = None) -> None:
+        """The pages are stored: their bodies go (a task's hash goes with its last field)."""
+        grouped: dict[str, list[str]] = {}
+        plain: list[str] = []
+        for ref in refs:
+            split = keys.split_body_ref(ref)
+            if split is None:
+                plain.append(ref)
+            else:
+                grouped.setdefault(split[0], []).append(split[1])
+        target = pipe or self.redis
+        if plain:
+            unlink_all(target, plain)
+        for key, fields in grouped.items():
+            target.hdel(key, *fields)
 
     def claim_sitemaps(self, job: str, origin: str) -> bool:
         """True for the one caller that is to read the origin's sitemaps for the job."""

@@ -39,6 +39,7 @@ BUSY_WAIT = 0.05  # poll interval while a job's concurrency is spent
 LINGER = 0.005  # after a wake, let more completions arrive so batches fill (see Dispatcher.run)
 BATCH_WINDOW = 0.03  # seconds; see Dispatcher._hold_for_batch
 REAP_EVERY = 1.0
+PROMOTE_EVERY = 1.0  # a retry set is looked at this often at least (more when its first is due)
 # How often a job's store is asked for more URLs while some wait there: each refill brings a low
 # host's queue back to its cap, so a host may take up to half its cap per interval.
 REFILL_EVERY = 0.2
@@ -69,6 +70,7 @@ class Dispatcher:
         self._last_reap: dict[str, float] = {}
         self._last_dispatch: dict[str, float] = {}
         self._last_refill: dict[str, float] = {}
+        self._promote_at: dict[str, float] = {}  # when each job's retries are looked at next
         self._last_check = 0.0
         # Whether the last tick left more than one request in flight (or held a batch back):
         # only then can a wake's linger gather more completions into one batch.
@@ -109,6 +111,7 @@ class Dispatcher:
             self._last_reap = {j: t for j, t in self._last_reap.items() if j in keep}
             self._last_dispatch = {j: t for j, t in self._last_dispatch.items() if j in keep}
             self._last_refill = {j: t for j, t in self._last_refill.items() if j in keep}
+            self._promote_at = {j: t for j, t in self._promote_at.items() if j in keep}
         for job_id in active:
             try:
                 job = jobcache.load(self.redis, job_id)
@@ -129,9 +132,14 @@ class Dispatcher:
             if now - self._last_refill.get(job_id, 0.0) >= REFILL_EVERY:
                 self._last_refill[job_id] = now
                 self._refill(job_id, s.shards, s.lease_timeout)
-            due = self.frontier.promote(job_id, now=now)
-            if due is not None:
-                wake_at = min(wake_at, due)
+            if now >= self._promote_at.get(job_id, 0.0):
+                # Asked again when its first retry is due, or a second on (for retries since).
+                due = self.frontier.promote(job_id, now=now)
+                self._promote_at[job_id] = min(due if due is not None else now + PROMOTE_EVERY, now + PROMOTE_EVERY)
+                if due is not None:
+                    wake_at = min(wake_at, due)
+            else:
+                wake_at = min(wake_at, self._promote_at[job_id])
             mine = [shard for shard in self.shards if shard < s.shards]
             if not mine:
                 continue
@@ -156,7 +164,8 @@ class Dispatcher:
                                            delay=s.delay, lease_timeout=s.lease_timeout,
                                            concurrency=s.concurrency, per_ip=s.per_ip, now=now,
                                            batch=s.fetch_batch, min_free=want, token=token,
-                                           offset=sum(len(done.items) for _, done in parts))
+                                           offset=sum(len(done.items) for _, done in parts),
+                                           depths=not s.uses_bloom)
                 parts.append((shard, d))
                 crowded = crowded or d.inflight > 1
                 if d.saturated:

@@ -25,7 +25,7 @@ def _load(name: str) -> str:
 _FIXED = [("KMETA", "meta"), ("KCNT", "cnt"), ("KSEEN", "seen"), ("KLEASE", "lease"), ("KLEXP", "lexp"),
           ("KRETRY", "retry"), ("KINF", "inf"), ("KIPINF", "ipinf"), ("KIP", "ip"), ("KNEXT", "next"),
           ("KDELAY", "delay"), ("KHOSTN", "hostn"), ("KPEND", "pend"), ("KPENDB", "pendb"), ("KOVR", "ovr"),
-          ("KSPILL", "spill"), ("KSPSEQ", "spseq"), ("KSPREF", "spref")]
+          ("KSPILL", "spill"), ("KSPSEQ", "spseq"), ("KSPREF", "spref"), ("KHOSTF", "hostf")]
 
 
 def job_keys(job: str, cluster: bool = False) -> list[str]:
@@ -35,7 +35,7 @@ def job_keys(job: str, cluster: bool = False) -> list[str]:
             keys.retries(job), keys.host_inflight(job), keys.ip_inflight(job), keys.host_ip(job),
             keys.host_next(job), keys.host_delays(job), keys.host_admitted(job), keys.pending_links(job),
             keys.pending_link_bodies(job), keys.host_overrides(job), keys.spill_staged(job), keys.spill_seq(job),
-            keys.spill_refilled(job), *(() if cluster else (keys.JOBS,))]
+            keys.spill_refilled(job), keys.host_fetched(job), *(() if cluster else (keys.JOBS,))]
 
 
 def _bind() -> str:

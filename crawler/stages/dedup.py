@@ -61,10 +61,12 @@ def dedup_stage(ctx: Context, job: Job, token: str, links: Sequence[LinkGroup]) 
     # until ``crawler recover`` has rebuilt the job. The cache answers only within one cycle and
     # one rebuild of the job: what this process saw before either is not seen after it.
     space = jobs.seen_space(ctx.redis, job.id)
-    queued, hits = admit_links(ctx.redis, ctx.frontier, job.id, s, list(best.values()), token=token, cache=cache,
-                               seen=ctx.seen_set(job), cache_space=space)
-    jobs.count(ctx.redis, job.id, bad_url=bad, dropped_trap=traps, cache_lookups=len(best) if cache else 0,
-               cache_hits=hits, **{"dropped_trap:query_variants": len(variants)})
+    # Counted with the batch's admission, once: a redelivered batch counts nothing again.
+    queued, _hits = admit_links(ctx.redis, ctx.frontier, job.id, s, list(best.values()), token=token, cache=cache,
+                                seen=ctx.seen_set(job), cache_space=space,
+                                counts={"bad_url": bad, "dropped_trap": traps,
+                                        "cache_lookups": len(best) if cache is not None else 0,
+                                        "dropped_trap:query_variants": len(variants)})
     if queued.spilled:
         flush_spill(ctx, job)
     return queued

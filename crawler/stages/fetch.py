@@ -24,7 +24,7 @@ from crawler.stages.messages import FetchedPage, LinkGroup
 from crawler.stages.politeness import blocked_result
 from crawler.stages.retry_policy import RetryPolicy
 from crawler.stages.session import REFETCH_AFTER, open_session, spider_headers
-from crawler.state import nodes
+from crawler.state import keys, nodes
 from crawler.state.jobconf import Job
 from crawler.store import StoreUnavailable
 from crawler.urls import domain_of, host_key
@@ -105,8 +105,8 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     pages: list[FetchedPage] = []
     done: list[Fetched] = []
     nbytes = failed = not_modified = 0
-    host_fetched: Counter[str] = Counter()
     host_errors: Counter[str] = Counter()
+    bodies: dict[str, bytes] = {}  # bodies for parse and store, written together after the loop
     for e, r in zip(todo, results, strict=True):
         # Fetched again after the next login, not stored as the login form it came back as.
         if session is not None and session.ended(e, r) and session.refetch(e, s.max_attempts):
@@ -125,28 +125,31 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
         done.append(Fetched(e.url, token, 0.0, r.ip))
         body_key = ""
         if r.body:
-            body_key = ctx.frontier.hold_body(job.id, token, e.url, r.body, BODY_TTL, pipe)
+            bodies[e.url] = r.body
+            body_key = keys.body_ref(job.id, token, e.url)
         nbytes += len(r.body)
         failed += r.error is not None
         host = host_key(e.url)
-        host_fetched[host] += 1
         if r.error:
             jobs.count(pipe, job.id, **{f"error:{r.error}": 1})
             host_errors[host] += 1
         pages.append(_page(ctx, e, r, body_key, with_headers, archive, cycle, cycle_base, previous.get(e.url)))
         not_modified += r.status == 304
+    ctx.frontier.hold_bodies(job.id, token, bodies, BODY_TTL, pipe)
     if session is not None:
         session.finish(now)
         jobs.count(pipe, job.id, **session.counts)
     jobs.count(pipe, job.id, **hook_counts)
     delays = ctx.politeness.delay_updates(job, results, policies)
     ctx.frontier.set_host_delays(job.id, delays, pipe)
-    ctx.frontier.count_hosts(job.id, host_fetched, host_errors, pipe)
-    jobs.count(pipe, job.id, fetched=len(pages), failed=failed, bytes=nbytes, not_modified=not_modified,
-               fetch_tasks=1)
+    ctx.frontier.count_hosts(job.id, host_errors, pipe)  # the pages fetched, the frontier's script counts
     jobs.count_cycle(pipe, job.id, cycle, fetched=len(pages), bytes=nbytes, not_modified=not_modified)
     nodes.count_fetched(pipe, ctx.node, len(pages))
-    ctx.frontier.fetched(job.id, done, lease_timeout=s.lease_timeout, delay=s.delay, pipe=pipe, delays=delays)
+    # Written by the frontier's script with its own counters.
+    counts = {"fetched": len(pages), "failed": failed, "bytes": nbytes, "not_modified": not_modified,
+              "fetch_tasks": 1}
+    ctx.frontier.fetched(job.id, done, lease_timeout=s.lease_timeout, delay=s.delay, pipe=pipe, delays=delays,
+                         counts=counts)
     if s.render != "never":
         pages = _mark_for_render(ctx, job, token, spider, pages)
     if s.sitemaps and policies:

@@ -218,10 +218,36 @@ def pending_parts(job: str, token: str) -> str:
 
 
 def body(job: str, token: str, url: str) -> str:
+    """A page's body under a key of its own, as fetch tasks kept them before ``body_batch``
+    (still read, for messages from then)."""
     # Keyed by URL, not position: one dispatch token is shared by several fetch tasks. Spread
     # over BODY_SLOTS tags by the URL's digest: bodies are most of a crawl's bytes in flight.
     digest = hashlib.blake2b(url.encode(), digest_size=8).digest()
     return role_prefix(job, f"b{digest[0] % BODY_SLOTS}") + f"b:{token}:{digest.hex()}"
+
+
+def body_batch(job: str, token: str) -> str:
+    """A fetch task's bodies: one hash per lease token, a field per page (``body_field``), so a
+    task's pages cost one write and one expiry. Spread over BODY_SLOTS tags by the token."""
+    digest = hashlib.blake2b(token.encode(), digest_size=8).digest()
+    return role_prefix(job, f"b{digest[0] % BODY_SLOTS}") + f"bb:{token}"
+
+
+def body_field(url: str) -> str:
+    return hashlib.blake2b(url.encode(), digest_size=8).hexdigest()
+
+
+def body_ref(job: str, token: str, url: str) -> str:
+    """Where a page's body waits, as messages name it: ``<body_batch>#<body_field>``."""
+    return f"{body_batch(job, token)}#{body_field(url)}"
+
+
+def split_body_ref(ref: str) -> tuple[str, str] | None:
+    """(hash, field) of a ``body_ref``; None for a key of its own (``body``)."""
+    key, sep, field = ref.rpartition("#")
+    if not sep or ":bb:" not in key:
+        return None
+    return key, field
 
 
 def sitemaps(job: str) -> str:

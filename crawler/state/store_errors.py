@@ -13,11 +13,18 @@ from crawler.config.redact import redact
 from crawler.state import keys
 from crawler.state.conn import text
 
+# When this process last cleared each job's store error (``clear``), and the jobs whose error
+# it reported itself since.
+_cleared: dict[str, float] = {}
+_reported: set[str] = set()
+CLEAR_EVERY = 1.0
+
 
 def report(redis: Redis, job_id: str, error: str, node: str, ttl: float) -> None:
     """Record the store error for ``status`` (it ends with the first store that succeeds, or
     ``ttl`` seconds after the last report, if nobody is trying any more) and count the retry."""
     now = time.time()
+    _reported.add(job_id)
     key = keys.store_error(job_id)
     pipe = redis.pipeline(transaction=False)
     pipe.hsetnx(key, "since", now)
@@ -28,8 +35,16 @@ def report(redis: Redis, job_id: str, error: str, node: str, ttl: float) -> None
     pipe.execute()
 
 
-def clear(redis: Redis | Any, job_id: str) -> None:
-    """The store took a write: the outage, if there was one, is over (``redis`` may be a pipeline)."""
+def clear(redis: Redis | Any, job_id: str, now: float | None = None) -> None:
+    """The store took a write: the outage, if there was one, is over (``redis`` may be a pipeline).
+    At once if this process reported it; else at most once a second per job, since the record is
+    seldom there and a store of every batch would delete it: ``status`` shows an outage another
+    process reported for a second longer at most."""
+    now = time.time() if now is None else now
+    if job_id not in _reported and now - _cleared.get(job_id, 0.0) < CLEAR_EVERY:
+        return
+    _reported.discard(job_id)
+    _cleared[job_id] = now
     redis.delete(keys.store_error(job_id))
 
 

@@ -47,6 +47,25 @@ def test_never_new_twice_and_new_means_absent(r: redis.Redis) -> None:
     assert bloom.add_many(["http://e.com/x", "http://e.com/x"]) == ["http://e.com/x"]
 
 
+def test_a_batch_over_many_segments_is_one_script_call_that_agrees_with_a_read(r: redis.Redis) -> None:
+    bloom = BloomSeen(r, "segs", capacity=5_000, p=1e-4, max_segment_bytes=2048)
+    layer = bloom.layers()[0]
+    assert layer.segments > 4
+    urls = [f"http://s.com/{i}" for i in range(400)]
+    bloom.add_many(["http://s.com/first"])  # the layer's segments are made by a script of their own
+    before = int(r.info("commandstats")["cmdstat_evalsha"]["calls"])
+    new = bloom.add_many(urls, token="t1")
+    calls = int(r.info("commandstats")["cmdstat_evalsha"]["calls"]) - before
+    assert calls == 1
+    hit = {bloom_hashes(u)[2] % layer.segments for u in urls}
+    assert len(hit) == layer.segments  # the batch touched every segment
+    assert len(new) >= 398
+    # The bits the script set are those a plain read looks for, in every segment.
+    assert all(bloom.contains_many(urls))
+    assert bloom.add_many(urls, token="t1") == new  # the memo answers a redelivery alike
+    assert bloom.add_many(urls) == []
+
+
 def test_grows_past_capacity_and_logs(r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
     bloom = BloomSeen(r, "grow", capacity=1_000, p=0.001, max_segment_bytes=512)
     caplog.set_level(logging.WARNING, "crawler.dedup.bloom")

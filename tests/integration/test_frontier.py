@@ -239,7 +239,7 @@ def test_pages_waiting_for_parse_and_store_count_against_the_job_concurrency(r: 
 def test_renewal_keeps_fetched_pages_leased_and_only_for_their_holder(r: redis.Redis) -> None:
     f = _start(r)
     f.admit(JOB, _urls("a.example", 2), 1)
-    urls = _dispatch(f, time.time(), per_host=20, concurrency=10)
+    urls = _dispatch(f, time.time(), per_host=20, concurrency=10, lease_timeout=1.0)
     leases = [(u, _token_of(r, u)) for u in urls]
     f.fetched(JOB, [Fetched(u, t) for u, t in leases], lease_timeout=1, delay=0)
     assert f.renew(JOB, leases, 1, extra=30) == 2

@@ -12,8 +12,8 @@ from crawler.config.settings import Settings
 from crawler.dedup import SeenCache
 from crawler.dedup.neardup import NearDuplicates
 from crawler.frontier import Frontier
-from crawler.stages import Context, parse_stage
-from crawler.stages.messages import FetchedPage
+from crawler.stages import Context, dedup_stage, parse_stage
+from crawler.stages.messages import FetchedPage, LinkGroup
 from crawler.stages.politeness import Politeness
 
 A = "http://a.example/"
@@ -46,4 +46,21 @@ def test_nofollow_and_pattern_denied_links_are_counted_under_their_names(r: redi
     assert [u for groups in batches.values() for g in groups for u in g.urls] == [A + "ok"]
     c = jobs.status(r, job_id)["counters"]
     assert (c["links_nofollow"], c["links_denied_pattern"]) == (1, 1)
+    ctx.close()
+
+
+def test_a_link_batch_delivered_twice_is_counted_once(r: redis.Redis, tmp_path: Path) -> None:
+    settings = Settings.from_env(store=f"sqlite:///{tmp_path}/c.db", obey_robots=False)
+    job_id = jobs.submit(r, settings, [A])
+    ctx = Context(r, frontier=Frontier(r), politeness=Politeness(r, settings), cache=SeenCache(10),
+                  near_dups=NearDuplicates(r))
+    job = jobs.load(r, job_id)
+    links = [LinkGroup.single(A + "x", 1, A), LinkGroup.single(A + "x", 1, A), LinkGroup.single("http://[::1", 1, A),
+             LinkGroup.single(A, 1, A)]
+    ctx.frontier.expect(job_id, ["b1"])
+    assert dedup_stage(ctx, job, "b1", links) == [A + "x"]
+    counted = jobs.status(r, job_id)["counters"]
+    assert (counted["bad_url"], counted["cache_lookups"], counted["duplicates"]) == (1, 2, 1)
+    assert dedup_stage(ctx, job, "b1", links) == []  # delivered again: admitted before
+    assert jobs.status(r, job_id)["counters"] == counted
     ctx.close()

@@ -21,7 +21,7 @@ from crawler import jobs, stages
 from crawler.config.settings import Settings
 from crawler.dedup import ADMIT_CHUNK, admit_links
 from crawler.embedded import crawl
-from crawler.frontier import Entry, Frontier, lua
+from crawler.frontier import Entry, Frontier
 from crawler.stages.messages import LinkGroup, groups_from_json, groups_to_json
 from crawler.state import keys
 from crawler.testweb import TestWeb
@@ -34,36 +34,24 @@ CAP = Settings().max_links_per_page
 
 
 @contextmanager
-def slowlog(r: redis.Redis) -> Iterator[Callable[[str], list[int]]]:
-    """Records every command; yields a function giving the URLs of each call of a script (by
-    its sha): Redis keeps 31 arguments of a call and says how many more there were."""
-    old = r.config_get("slowlog-*")
-    r.config_set("slowlog-log-slower-than", 0)
-    r.config_set("slowlog-max-len", 100_000)
-    r.slowlog_reset()
+def admit_calls(frontier: Frontier) -> Iterator[list[int]]:
+    """The URLs of each call of the admit script, as they leave for Redis: after the script's 11
+    fixed arguments (the 2 every script has, then its own) come the counters (how many, then a
+    name and an amount each), then 4 arguments per URL."""
+    calls: list[int] = []
+    real = frontier._call
 
-    raw = redis.Redis(connection_pool=r.connection_pool)
-    raw.set_response_callback("SLOWLOG GET", lambda response, **kw: response)
+    def spy(script: object, job: str, *args: object) -> object:
+        if script is frontier._admit:
+            n = int(args[9])  # type: ignore[call-overload]
+            calls.append((len(args) - 10 - 2 * n) // 4)
+        return real(script, job, *args)  # type: ignore[arg-type]
 
-    def urls_per_call(sha: str) -> list[int]:
-        out = []
-        for entry in raw.slowlog_get(100_000):
-            args = entry[3]
-            if args[:2] != [b"EVALSHA", sha.encode()]:
-                continue
-            argc = len(args)
-            if args[-1].startswith(b"... ("):  # Redis kept 31 arguments and counted the rest
-                argc = 31 + int(args[-1].split(b"(")[1].split()[0])
-            # EVALSHA sha numkeys, the job's declared keys, 10 fixed arguments, then 4 per URL
-            out.append((argc - 3 - len(lua.job_keys("j")) - 10) // 4)
-        return out
-
+    frontier._call = spy  # type: ignore[method-assign,assignment]
     try:
-        yield urls_per_call
+        yield calls
     finally:
-        r.config_set("slowlog-log-slower-than", old["slowlog-log-slower-than"])
-        r.config_set("slowlog-max-len", old["slowlog-max-len"])
-        r.slowlog_reset()
+        frontier._call = real  # type: ignore[method-assign]
 
 
 def test_a_page_of_50000_anchors_is_capped_sent_compactly_and_admitted_in_chunks(
@@ -90,9 +78,8 @@ def test_a_page_of_50000_anchors_is_capped_sent_compactly_and_admitted_in_chunks
     assert stages.store_stage(ctx, job, token, pages) == 1
     [(outlinks,)] = sqlite3.connect(tmp_path / "c.db").execute("SELECT outlinks FROM pages").fetchall()
     assert len(json.loads(outlinks)) == CAP
-    with slowlog(r) as urls_per_call:
+    with admit_calls(ctx.frontier) as calls:
         admitted = stages.dedup_stage(ctx, job, stages.link_token(token, shard), batch)
-        calls = urls_per_call(ctx.frontier._admit.sha)
     assert len(admitted) == CAP == len(set(admitted))
     assert calls and max(calls) <= ADMIT_CHUNK and sum(calls) == CAP, calls
     q = r.lrange(keys.host_queue(job_id, urlsplit(page_url).netloc), 0, -1)

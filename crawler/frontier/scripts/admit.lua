@@ -1,5 +1,5 @@
 -- ARGV: prefix, job, token, now, budget, max_depth, host_budget, trusted, part, last, queue_cap,
--- then (url, host, shard, entry). ``queue_cap`` > 0 caps each host's queue (``place``).
+-- the caller's counters of the job (``counts_at``), then (url, host, shard, entry). ``queue_cap`` > 0 caps each host's queue (``place``).
 -- ``trusted`` = 1: the URLs were judged new already (by the Bloom filter), so the exact seen hash
 -- is neither read nor written. A big link batch is admitted in parts, one call
 -- each, so no call holds Redis for long: ``part`` (0, 1, ...; '' for a batch in one call) is
@@ -21,26 +21,40 @@ if token ~= '' then
       return {}  -- this link batch was admitted before: a redelivery
     end
     redis.call('HDEL', KPENDB, token)
-    redis.call('DEL', P .. 'pendc:' .. token)
+    if part ~= '' then redis.call('DEL', P .. 'pendc:' .. token) end  -- a whole batch keeps none
   end
 end
 local status = redis.call('HGET', KMETA, 'status')
 if status ~= 'running' and status ~= 'paused' and status ~= 'starting' then
+  bump(KCNT, counts_at(12))  -- what the caller counted still counts: nothing is queued
   done_check(now)
   return {}
 end
 local cnt, seen = KCNT, KSEEN
-local admitted = tonumber(redis.call('HGET', cnt, 'admitted') or '0')
+local c0 = redis.call('HMGET', cnt, 'admitted', 'open')
+local admitted = tonumber(c0[1] or '0')
+local admitted0 = admitted
 local new, dup, over, again, over_host, spilled = {}, 0, 0, 0, 0, 0
+local touched = {}  -- hosts whose queues took URLs, by shard (``schedule_touched``)
 -- Pages per host, read once per host and written once per host at the end: a batch's URLs
 -- share few hosts, and the budget is on by default.
 local hostn, grew = {}, {}
 local staged = nil  -- read at the first URL placed (see ``place``)
+local counts, first = counts_at(12)
+if host_budget > 0 then
+  local hosts = {}
+  for i = first + 1, #ARGV, 4 do
+    if not hostn[ARGV[i]] then
+      hostn[ARGV[i]] = 0
+      hosts[#hosts + 1] = ARGV[i]
+    end
+  end
+  for host, n in pairs(hmget(KHOSTN, hosts)) do hostn[host] = tonumber(n or '0') end
+end
 local function host_count(host)
-  if not hostn[host] then hostn[host] = tonumber(redis.call('HGET', KHOSTN, host) or '0') end
   return hostn[host]
 end
-for i = 12, #ARGV, 4 do
+for i = first, #ARGV, 4 do
   local url, host, shard, e = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local d = entry_depth(e)
   local cur = false
@@ -60,7 +74,7 @@ for i = 12, #ARGV, 4 do
       end
       if not trusted then redis.call('HSET', seen, url, d) end
       if staged == nil then staged = cap > 0 and redis.call('EXISTS', KSPSEQ) == 1 end
-      if place(host, shard, e, now, cap, staged) == 1 then
+      if place(host, shard, e, now, cap, staged, touched) == 1 then
         spilled = spilled + 1
         staged = true  -- this host's next URLs go after it
       end
@@ -75,7 +89,6 @@ for i = 12, #ARGV, 4 do
     if maxd > 0 and d < cd and cd >= maxd and d < maxd then
       redis.call('HSET', seen, url, d)
       requeue(host, shard, e, now)
-      redis.call('HINCRBY', cnt, 'open', 1)
       again = again + 1
     else
       dup = dup + 1
@@ -85,14 +98,20 @@ for i = 12, #ARGV, 4 do
     dup = dup + 1
   end
 end
-redis.call('HSET', cnt, 'admitted', admitted)
-for host, n in pairs(grew) do redis.call('HINCRBY', KHOSTN, host, n) end
-if #new > 0 then redis.call('HINCRBY', cnt, 'open', #new) end
-if dup > 0 then redis.call('HINCRBY', cnt, 'duplicates', dup) end
-if over > 0 then redis.call('HINCRBY', cnt, 'dropped_max_pages', over) end
-if over_host > 0 then redis.call('HINCRBY', cnt, 'dropped_host_budget', over_host) end
-if again > 0 then redis.call('HINCRBY', cnt, 'depth_requeued', again) end
-if spilled > 0 then redis.call('HINCRBY', cnt, 'spilled', spilled) end
-count_queued()
-done_check(now)
+schedule_touched(touched, now)
+-- Each grown host's count was read in this call: written back whole, in one command.
+local hw = gather()
+for host in pairs(grew) do add(hw, host, hostn[host]) end
+send('HSET', KHOSTN, hw)
+counts.admitted = admitted - admitted0
+counts.open = (counts.open or 0) + #new + again
+counts.duplicates = (counts.duplicates or 0) + dup
+counts.dropped_max_pages = (counts.dropped_max_pages or 0) + over
+counts.dropped_host_budget = (counts.dropped_host_budget or 0) + over_host
+counts.depth_requeued = (counts.depth_requeued or 0) + again
+counts.spilled = (counts.spilled or 0) + spilled
+counts.queued = (counts.queued or 0) + QUEUED
+QUEUED = 0
+local got = bump(cnt, counts)
+done_check(now, got.open or tonumber(c0[2] or '0'))
 return {new, spilled}

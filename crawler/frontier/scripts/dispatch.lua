@@ -1,5 +1,5 @@
 -- ARGV: prefix, job, shard, now, max_urls, per_host, delay, lease_deadline, token, concurrency,
--- per_ip, batch, min_free, offset. Requests in flight and pages held for parse and store both count against
+-- per_ip, batch, min_free, offset, depths ('0': the job keeps no depths in the seen hash). Requests in flight and pages held for parse and store both count against
 -- ``concurrency``. With batch > 0 the k-th URL leased is leased under
 -- ``token.(k // batch)``: each fetch task gets a token of its own. While requests are in flight,
 -- nothing goes until at least min_free slots are free: a finished task frees its slots at once,
@@ -19,86 +19,141 @@ local out = {}
 local slots = -1
 local inflight = 0
 if redis.call('HGET', KMETA, 'status') == 'running' then
-  local cnt = KCNT
-  local c = redis.call('HMGET', cnt, 'inflight', 'held')
+  local c = redis.call('HMGET', KCNT, 'inflight', 'held', 'queued', 'dispatched')
   local busy = tonumber(c[1] or '0') + tonumber(c[2] or '0')
   inflight = tonumber(c[1] or '0')
   slots = math.min(max_urls, concurrency - busy)
   if busy > 0 and slots < min_free then slots = 0 end
   local total = 0
-  if slots > 0 then
-    local hosts = redis.call('ZRANGEBYSCORE', rkey, '-inf', now, 'LIMIT', 0, slots)
-    -- Records most jobs never have are looked up per host only when they exist: operators'
-    -- overrides, and the exact seen hash's depths (a Bloom job has none).
-    local overrides = #hosts > 0 and redis.call('EXISTS', KOVR) == 1
-    local depths = #hosts > 0 and redis.call('EXISTS', KSEEN) == 1
+  local hosts = {}
+  if slots > 0 then hosts = redis.call('ZRANGEBYSCORE', rkey, '-inf', now, 'LIMIT', 0, slots) end
+  if #hosts > 0 then
+    -- What every due host's turn needs is read first, a command per record for all of them, and
+    -- what it changes is written at the end the same way (``gather``).
+    local inf = hmget(KINF, hosts)
+    local ip = hmget(KIP, hosts)
+    local ipks, ipk_of = {}, {}
+    for _, host in ipairs(hosts) do
+      local ipk = ip[host] or ('h:' .. host)
+      ipk_of[host] = ipk
+      if not ipks[ipk] then
+        ipks[ipk] = true
+        ipks[#ipks + 1] = ipk
+      end
+    end
+    -- An address's requests in flight, plus WAITING while hosts wait on it (see ``WAITING``).
+    local ipinf = hmget(KIPINF, ipks)
+    for _, ipk in ipairs(ipks) do ipinf[ipk] = tonumber(ipinf[ipk] or '0') end
+    local ipdirty = {}
+    -- Records most jobs never have are read only when they exist: operators' overrides, and
+    -- the exact seen hash's depths (ARGV[15] '0': a Bloom job's, which has none).
+    local overrides = {}
+    if redis.call('EXISTS', KOVR) == 1 then overrides = hmget(KOVR, hosts) end
+    local depths = ARGV[15] ~= '0'
+    local delays = nil  -- read when the first host's turn needs its delay
+    local leases, urls, infw, readyw, nextw, drained = {}, {}, gather(), gather(), gather(), gather()
     for _, host in ipairs(hosts) do
       if slots <= 0 then break end
       local qkey = P .. 'q:' .. host
-      local inf = tonumber(redis.call('HGET', KINF, host) or '0')
-      local ipk = ip_key(host)
-      local ipinf, waited = ip_inflight(ipk)
+      local hinf = tonumber(inf[host] or '0')
+      local ipk = ipk_of[host]
+      local waited = ipinf[ipk] >= WAITING / 2
+      local ipn = ipinf[ipk]
+      if waited then ipn = ipn - WAITING end
+      -- Requests in flight one host may have: an operator's override, else the job's per_host.
       local limit = per_host
-      if overrides then limit = host_limit(host, per_host) end
+      if overrides[host] then
+        local n = string.match(overrides[host], '^%S+ (%S+)$')
+        if n and n ~= '-' then limit = tonumber(n) end
+      end
       -- per_ip 0: an address takes what one host of it may (its override included).
       local ip_limit = per_ip
       if ip_limit <= 0 then ip_limit = limit end
-      local take = math.min(limit - inf, ip_limit - ipinf, slots)
-      -- The host's delay is read only when it matters: for more than one request, or for a host
-      -- that stays due (one at its in-flight limit waits for a request to end instead).
+      local take = math.min(limit - hinf, ip_limit - ipn, slots)
+      -- The host's delay matters for more than one request, or for a host that stays due (one
+      -- at its in-flight limit waits for a request to end instead).
       local hdelay = 0
-      if take > 1 or inf + math.max(take, 0) < limit then hdelay = host_delay(host, delay) end
+      if take > 1 or hinf + math.max(take, 0) < limit then
+        delays = delays or hmget(KDELAY, hosts)
+        hdelay = tonumber(delays[host] or delay)
+      end
       -- With a delay, requests to one host start one at a time, ``delay`` apart.
       if hdelay > 0 and take > 1 then take = 1 end
       local got = 0
-      while got < take do
-        local e = redis.call('LPOP', qkey)
-        if not e then break end
-        local url = entry_url(e)
-        if depths then
-          local best = tonumber(redis.call('HGET', KSEEN, url))
-          if best and best < entry_depth(e) then e = with_depth(e, best) end
+      if take > 0 then
+        local popped
+        if take == 1 then
+          popped = {redis.call('LPOP', qkey)}
+          if not popped[1] then popped = {} end
+        else
+          popped = redis.call('LPOP', qkey, take) or {}
         end
-        local t = token
-        if batch > 0 then t = token .. '.' .. math.floor(leased / batch) end
-        leased = leased + 1
-        redis.call('HSET', KLEASE, url, t .. ' f ' .. shard .. ' ' .. host .. ' ' .. ipk .. ' ' .. e)
-        redis.call('ZADD', KLEXP, deadline, url)
-        out[#out + 1] = e
-        out[#out + 1] = host
-        got = got + 1
+        for _, e in ipairs(popped) do
+          local t = token
+          if batch > 0 then t = token .. '.' .. math.floor(leased / batch) end
+          leased = leased + 1
+          leases[#leases + 1] = {e, host, t, ipk}
+          urls[#urls + 1] = entry_url(e)
+          got = got + 1
+        end
       end
       slots = slots - got
       total = total + got
-      inf = inf + got
+      hinf = hinf + got
       if got > 0 then
-        redis.call('HSET', KINF, host, inf)
-        redis.call('HINCRBY', KIPINF, ipk, got)
+        add(infw, host, hinf)
+        ipinf[ipk] = ipinf[ipk] + got
+        ipdirty[ipk] = true
       end
-      if inf >= limit then
-        -- Parked until a request of it ends, whatever its queue holds (release_slot looks), and
-        -- that end sets its next time.
-        redis.call('ZADD', rkey, PARKED, host)
+      if hinf >= limit then
+        -- Parked until a request of it ends, whatever its queue holds (release_slots looks),
+        -- and that end sets its next time.
+        add(readyw, PARKED, host)
       else
-        if got > 0 and hdelay > 0 then redis.call('HSET', KNEXT, host, now + hdelay) end
+        if got > 0 and hdelay > 0 then add(nextw, host, now + hdelay) end
         if redis.call('LLEN', qkey) == 0 then
-          redis.call('ZREM', rkey, host)
-        elseif ipinf + got >= ip_limit then
-          redis.call('ZADD', rkey, PARKED, host)
+          push1(drained, host)
+        elseif ipn + got >= ip_limit then
+          add(readyw, PARKED, host)
           if redis.call('SADD', P .. 'ipwait:' .. ipk, shard .. ' ' .. host) == 1 and not waited then
-            redis.call('HINCRBY', KIPINF, ipk, WAITING)
-            waited = true
+            ipinf[ipk] = ipinf[ipk] + WAITING
+            ipdirty[ipk] = true
           end
         else
-          redis.call('ZADD', rkey, now + hdelay, host)
+          add(readyw, now + hdelay, host)
         end
       end
     end
+    if #leases > 0 then
+      local best = {}
+      if depths then best = hmget(KSEEN, urls) end
+      local lw, xw = gather(), gather()
+      for i, l in ipairs(leases) do
+        local e, host, t, ipk = l[1], l[2], l[3], l[4]
+        local b = best[urls[i]]
+        b = b and tonumber(b)
+        if b and b < entry_depth(e) then e = with_depth(e, b) end
+        add(lw, urls[i], t .. ' f ' .. shard .. ' ' .. host .. ' ' .. ipk .. ' ' .. e)
+        add(xw, deadline, urls[i])
+        out[#out + 1] = e
+        out[#out + 1] = host
+      end
+      send('HSET', KLEASE, lw)
+      send('ZADD', KLEXP, xw)
+    end
+    local ipw = gather()
+    for _, ipk in ipairs(ipks) do
+      if ipdirty[ipk] then add(ipw, ipk, ipinf[ipk]) end
+    end
+    send('HSET', KIPINF, ipw)
+    send('HSET', KINF, infw)
+    send('HSET', KNEXT, nextw)
+    send('ZADD', rkey, readyw)
+    send('ZREM', rkey, drained)
   end
   if total > 0 then
-    redis.call('HINCRBY', cnt, 'queued', -total)
-    redis.call('HINCRBY', cnt, 'inflight', total)
-    redis.call('HINCRBY', cnt, 'dispatched', total)
+    redis.call('HSET', KCNT, 'queued', tonumber(c[3] or '0') - total, 'inflight', inflight + total,
+               'dispatched', tonumber(c[4] or '0') + total)
     inflight = inflight + total
   end
 end

@@ -1,33 +1,50 @@
--- ARGV: prefix, job, now, lease_deadline, delay, then (url, token, retry_at, ip, host delay) per
--- request. retry_at > 0 sends the URL to the retry set, due then, with one more attempt counted;
+-- ARGV: prefix, job, now, lease_deadline ('' to leave it as it is), delay, the caller's counters
+-- of the job (``counts_at``), then (url, token, retry_at, ip, host delay) per request. retry_at > 0 sends the URL to the retry set, due then, with one more attempt counted;
 -- ip, when known, becomes the host's address for the per-address budget; the host's delay, when
 -- the caller has just set it ('' otherwise), spares reading it back.
 local now, deadline, delay = tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local n, retried, held = 0, 0, 0
-for i = 6, #ARGV, 5 do
+local cnt, first = counts_at(6)
+local urls = {}
+for i = first, #ARGV, 5 do urls[#urls + 1] = ARGV[i] end
+local lease = hmget(KLEASE, urls)
+local ipw, gone, retry, keep, expiry, freed = gather(), gather(), gather(), gather(), gather(), {}
+local hostf = {}  -- pages fetched per host (the hosts table's count), retries aside
+for i = first, #ARGV, 5 do
   local url, retry_at, ip, d = ARGV[i], tonumber(ARGV[i + 2]), ARGV[i + 3], tonumber(ARGV[i + 4])
-  local l = redis.call('HGET', KLEASE, url)
+  local l = lease[url]
   if l then
     local t, st, shard, host, ipk, e = parse_lease(l)
     if t == ARGV[i + 1] and st == 'f' then
-      if ip ~= '' and ip ~= ipk then redis.call('HSET', KIP, host, ip) end
+      if ip ~= '' and ip ~= ipk then add(ipw, host, ip) end
       if retry_at > 0 then
-        redis.call('HDEL', KLEASE, url)
-        redis.call('ZREM', KLEXP, url)
-        local again = next_attempt(e)
-        redis.call('ZADD', KRETRY, retry_at, shard .. ' ' .. host .. ' ' .. again)
+        push1(gone, url)
+        add(retry, retry_at, shard .. ' ' .. host .. ' ' .. next_attempt(e))
         retried = retried + 1
       else
-        redis.call('HSET', KLEASE, url, t .. ' d ' .. shard .. ' ' .. host .. ' ' .. ipk .. ' ' .. e)
-        redis.call('ZADD', KLEXP, deadline, url)
+        add(keep, url, t .. ' d ' .. shard .. ' ' .. host .. ' ' .. ipk .. ' ' .. e)
+        hostf[host] = (hostf[host] or 0) + 1
+        -- deadline '': the lease is young, and the deadline the dispatch gave it stands.
+        if deadline ~= '' then add(expiry, deadline, url) end
         held = held + 1
       end
-      release_slot(host, shard, ipk, now, delay, d)
+      -- Read once: a second report of the same request in this call finds it fetched already.
+      lease[url] = false
+      freed[#freed + 1] = {host, shard, ipk, d}
       n = n + 1
     end
   end
 end
-if n > 0 then redis.call('HINCRBY', KCNT, 'inflight', -n) end
-if retried > 0 then redis.call('HINCRBY', KCNT, 'retried', retried) end
-if held > 0 then redis.call('HINCRBY', KCNT, 'held', held) end
+send('HSET', KIP, ipw)
+send('HDEL', KLEASE, gone)
+send('ZREM', KLEXP, gone)
+send('ZADD', KRETRY, retry)
+send('HSET', KLEASE, keep)
+send('ZADD', KLEXP, expiry)
+release_slots(freed, now, delay)
+cnt.inflight = (cnt.inflight or 0) - n
+cnt.retried = (cnt.retried or 0) + retried
+cnt.held = (cnt.held or 0) + held
+bump(KCNT, cnt)
+bump(KHOSTF, hostf)
 return n

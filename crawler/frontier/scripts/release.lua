@@ -1,44 +1,61 @@
--- ARGV: prefix, job, now, delay, max_depth, then (url, token) pairs. Ends leases whose page is
+-- ARGV: prefix, job, now, delay, max_depth, the caller's counters of the job (``counts_at``), then
+-- (url, token) pairs. Ends leases whose page is
 -- stored; a page expanded at a depth that cut its links, while a shorter path to it turned up,
 -- goes back to its queue once more instead.
 local now, delay, maxd = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
-local n, again, held, freed = 0, 0, 0, 0
-for i = 6, #ARGV, 2 do
-  local url = ARGV[i]
-  local l = redis.call('HGET', KLEASE, url)
+local n, again, held, freed = 0, 0, 0, {}
+local cnt, first = counts_at(6)
+local urls = {}
+for i = first, #ARGV, 2 do urls[#urls + 1] = ARGV[i] end
+local lease = hmget(KLEASE, urls)
+local mine = {}
+for i = first, #ARGV, 2 do
+  local l = lease[ARGV[i]]
   if l then
     local t, st, shard, host, ipk, e = parse_lease(l)
     if t == ARGV[i + 1] then
-      if st == 'f' then
-        release_slot(host, shard, ipk, now, delay)
-        freed = freed + 1
-      else
-        held = held + 1
-      end
-      redis.call('HDEL', KLEASE, url)
-      redis.call('ZREM', KLEXP, url)
-      local ed = entry_depth(e)
-      local best = false
-      if maxd > 0 then best = tonumber(redis.call('HGET', KSEEN, url)) end
-      if best and best < ed and ed >= maxd and best < maxd then
-        requeue(host, shard, with_depth(e, best), now)
-        again = again + 1
-      else
-        -- Only depth-limited jobs need to know a URL was stored, and at what depth.
-        if maxd > 0 then redis.call('HSET', KSEEN, url, 'x' .. ed) end
-        n = n + 1
-      end
+      mine[#mine + 1] = {ARGV[i], st, shard, host, ipk, e}
+      lease[ARGV[i]] = false  -- ended once, however often this call names it
     end
   end
 end
-local open = nil
-if n > 0 then
-  open = redis.call('HINCRBY', KCNT, 'open', -n)
-  redis.call('HINCRBY', KCNT, 'stored', n)
+local ended, seen = gather(), gather()
+for _, m in ipairs(mine) do push1(ended, m[1]) end
+-- Only depth-limited jobs need to know a URL was stored, and at what depth.
+local best = {}
+if maxd > 0 then best = hmget(KSEEN, ended) end
+send('HDEL', KLEASE, ended)
+send('ZREM', KLEXP, ended)
+-- Slots freed first: a host requeued below then waits out the delay its release set.
+for _, m in ipairs(mine) do
+  if m[2] == 'f' then
+    freed[#freed + 1] = {m[4], m[3], m[5]}
+  else
+    held = held + 1
+  end
 end
-if again > 0 then redis.call('HINCRBY', KCNT, 'depth_requeued', again) end
-if held > 0 then redis.call('HINCRBY', KCNT, 'held', -held) end
-if freed > 0 then redis.call('HINCRBY', KCNT, 'inflight', -freed) end
-count_queued()
-done_check(now, open)
+release_slots(freed, now, delay)
+for _, m in ipairs(mine) do
+  local url, shard, host, e = m[1], m[3], m[4], m[6]
+  local ed = entry_depth(e)
+  local b = best[url]
+  b = b and tonumber(b)
+  if b and b < ed and ed >= maxd and b < maxd then
+    requeue(host, shard, with_depth(e, b), now)
+    again = again + 1
+  else
+    if maxd > 0 then add(seen, url, 'x' .. ed) end
+    n = n + 1
+  end
+end
+send('HSET', KSEEN, seen)
+cnt.open = (cnt.open or 0) - n
+cnt.stored = (cnt.stored or 0) + n
+cnt.depth_requeued = (cnt.depth_requeued or 0) + again
+cnt.held = (cnt.held or 0) - held
+cnt.inflight = (cnt.inflight or 0) - #freed
+cnt.queued = (cnt.queued or 0) + QUEUED
+QUEUED = 0
+local got = bump(KCNT, cnt)
+done_check(now, got.open)
 return n

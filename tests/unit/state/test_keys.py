@@ -34,6 +34,12 @@ def test_every_job_key_carries_the_jobs_hash_tag() -> None:
         assert all(k.startswith(f"c:{{j1~{role}}}:") for k in names), names
     bodies = {keys.body("j1", "t", f"http://a.com/{i}") for i in range(200)}
     assert {b.split("}")[0] for b in bodies} == {f"c:{{j1~b{i}" for i in range(keys.BODY_SLOTS)}
+    batches = {keys.body_batch("j1", f"t{i}") for i in range(200)}
+    assert {b.split("}")[0] for b in batches} == {f"c:{{j1~b{i}" for i in range(keys.BODY_SLOTS)}
+    bodies |= batches
+    ref = keys.body_ref("j1", "t7.0", "http://a.com/#x")
+    assert keys.split_body_ref(ref) == (keys.body_batch("j1", "t7.0"), keys.body_field("http://a.com/#x"))
+    assert keys.split_body_ref(keys.body("j1", "t", "http://a.com/#x")) is None  # a key of its own
     pattern = re.compile(fnmatch.translate(keys.job_pattern("j1")))
     assert all(pattern.match(k) for k in [*built, *parts["nd"], *parts["bf"], *bodies])
     assert not pattern.match(keys.meta("j10")) and not pattern.match(keys.bloom_meta("j10"))
