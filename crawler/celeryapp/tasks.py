@@ -265,7 +265,7 @@ def store_task(self: Task[Any, Any], job_id: str, shard: int, token: str, pages:
         return
     ctx, job, fetched = got
     try:
-        stages.store_stage(ctx, job, token, fetched)
+        stages.store_stage(ctx, job, token, fetched, retried=bool(self.request.retries))
     except (StoreRefused, SpiderUnavailable) as exc:  # the store, or the job's item pipelines
         stages.refuse(ctx, job, exc)
     except StoreUnavailable as exc:

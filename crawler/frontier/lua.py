@@ -8,6 +8,7 @@ manual, ``docs/architecture.md#the-frontiers-records-in-redis``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from crawler.state import keys
@@ -45,21 +46,67 @@ def _bind() -> str:
 
 
 _HELPERS = _load("helpers")
+_NAME = re.compile(r"[A-Za-z_]\w*")
 
 
-def _prelude() -> str:
-    return f"local P = ARGV[1]\nlocal PARKED = {PARKED:.0f}\n" + _bind() + _HELPERS
+def _definitions(text: str) -> list[tuple[set[str], str]]:
+    """``text`` cut at its top-level ``local`` definitions, each with the comment lines just
+    above it: (the names it defines, its text), in order."""
+    lines = text.splitlines(keepends=True)
+    starts: list[int] = []
+    for i, line in enumerate(lines):
+        if line.startswith("local "):
+            while i > 0 and lines[i - 1].startswith("--") and (not starts or i - 1 >= starts[-1]):
+                i -= 1
+            starts.append(i)
+    out = []
+    for k, start in enumerate(starts):
+        body = "".join(lines[start:starts[k + 1] if k + 1 < len(starts) else len(lines)])
+        head = next(line for line in body.splitlines() if line.startswith("local "))
+        m = re.match(r"local function (\w+)|local ([\w, ]+?)\s*=", head)
+        assert m, head
+        names = {m.group(1)} if m.group(1) else {n.strip() for n in m.group(2).split(",")}
+        out.append((names, body))
+    return out
+
+
+def _code_names(text: str) -> set[str]:
+    """The names a piece of Lua mentions outside its comments."""
+    return set(_NAME.findall(re.sub(r"--.*", "", text)))
+
+
+def _helpers_for(body: str) -> str:
+    """The helpers ``body`` uses, and those they use, in their order in ``scripts/helpers.lua``:
+    each call of a script runs every definition it holds, so one that is never called costs
+    every call of it something."""
+    blocks = _definitions(_HELPERS)
+    need = _code_names(body)
+    grew = True
+    while grew:
+        grew = False
+        for names, text in blocks:
+            if names & need and not _code_names(text) <= need:
+                need |= _code_names(text)
+                grew = True
+    return "".join(text for names, text in blocks if names & need)
+
+
+_WRAP = ("\nend\nlocal result = main()\nlocal woken = flush_wakes()\n"
+         "if KJOBS then return result end\nif result == nil then result = false end\n"
+         "return {result, woken, ENDED}\n")
+
+
+def _prelude(body: str = "") -> str:
+    return f"local P = ARGV[1]\nlocal PARKED = {PARKED:.0f}\n" + _bind() + _helpers_for(body + _WRAP)
 
 
 def _script(name: str) -> str:
-    """A script of the frontier: the prelude, then its file's body run as a function, so the
-    wakes its body asked for are pushed once each however it returns (``flush_wakes``). On a
-    Redis Cluster it returns ``{result, shards to wake, 1 if the job ended}`` (see ``unwrap``);
-    false stands for a nil result, which would end the table there."""
-    return (_prelude() + "local function main()\n" + _load(name)
-            + "\nend\nlocal result = main()\nlocal woken = flush_wakes()\n"
-            + "if KJOBS then return result end\nif result == nil then result = false end\n"
-            + "return {result, woken, ENDED}\n")
+    """A script of the frontier: the prelude (with the helpers it uses), then its file's body run
+    as a function, so the wakes its body asked for are pushed once each however it returns
+    (``flush_wakes``). On a Redis Cluster it returns ``{result, shards to wake, 1 if the job
+    ended}`` (see ``unwrap``); false stands for a nil result, which would end the table there."""
+    body = _load(name)
+    return _prelude(body) + "local function main()\n" + body + _WRAP
 
 
 # Each script's file begins with what its KEYS and ARGV hold and what it returns.

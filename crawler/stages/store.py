@@ -20,11 +20,11 @@ from crawler.store.base import CONTENT_COLUMNS, ContentRecord
 from crawler.store.warc import WarcFiles
 
 
-def store_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage]) -> int:
+def store_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage], retried: bool = False) -> int:
     """Write rows (and WARC records for new ones), then end the leases. Returns rows written.
     Raises ``StoreUnavailable`` (nothing written, leases untouched) while the store is down:
     see ``hold_for_retry``; SpiderUnavailable when the job's spider or item pipelines cannot be
-    loaded here."""
+    loaded here. ``retried``: this batch waited out a store error (its success ends it)."""
     s = job.settings
     ctx.frontier.renew(job.id, [(p.url, token) for p in pages], s.lease_timeout,
                        since=min((p.fetched_at for p in pages), default=None))
@@ -80,7 +80,7 @@ def store_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage]) ->
     body_keys = [k for p in pages for k in (p.body_key, p.rendered_key) if k]
     if body_keys:
         ctx.frontier.drop_bodies(body_keys, pipe)
-    store_errors.clear(pipe, job.id)
+    store_errors.clear(pipe, job.id, force=retried)
     if piped:
         pipe.hdel(pipelines.key(job.id), *piped)
     pipe.execute()

@@ -245,7 +245,8 @@ def body_ref(job: str, token: str, url: str) -> str:
 def split_body_ref(ref: str) -> tuple[str, str] | None:
     """(hash, field) of a ``body_ref``; None for a key of its own (``body``)."""
     key, sep, field = ref.rpartition("#")
-    if not sep or ":bb:" not in key:
+    # "bb:" right after the hash tag: a job id may hold "#" or ":bb:" itself.
+    if not sep or not key.rpartition("}:")[2].startswith("bb:"):
         return None
     return key, field
 

@@ -35,13 +35,13 @@ def report(redis: Redis, job_id: str, error: str, node: str, ttl: float) -> None
     pipe.execute()
 
 
-def clear(redis: Redis | Any, job_id: str, now: float | None = None) -> None:
+def clear(redis: Redis | Any, job_id: str, now: float | None = None, force: bool = False) -> None:
     """The store took a write: the outage, if there was one, is over (``redis`` may be a pipeline).
-    At once if this process reported it; else at most once a second per job, since the record is
-    seldom there and a store of every batch would delete it: ``status`` shows an outage another
-    process reported for a second longer at most."""
+    At once if this process reported it or ``force`` (the write of a batch that waited out the
+    error: wherever it runs, its success ends the record); else at most once a second per job,
+    since the record is seldom there and a store of every batch would delete it."""
     now = time.time() if now is None else now
-    if job_id not in _reported and now - _cleared.get(job_id, 0.0) < CLEAR_EVERY:
+    if not force and job_id not in _reported and now - _cleared.get(job_id, 0.0) < CLEAR_EVERY:
         return
     _reported.discard(job_id)
     _cleared[job_id] = now

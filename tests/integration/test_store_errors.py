@@ -24,3 +24,8 @@ def test_the_reporter_clears_at_once_and_others_within_a_second(r: redis.Redis) 
     store_errors.clear(pipe, job, now=101.6)
     pipe.execute()
     assert store_errors.current(r, job) is None
+    # A batch that waited out the error clears it wherever it runs, however recently this
+    # process cleared (a retried task goes to any free process).
+    r.hset(keys.store_error(job), mapping={"error": "x", "since": 102, "last": 102, "retries": 1})
+    store_errors.clear(r, job, now=101.7, force=True)
+    assert store_errors.current(r, job) is None

@@ -40,6 +40,10 @@ def test_every_job_key_carries_the_jobs_hash_tag() -> None:
     ref = keys.body_ref("j1", "t7.0", "http://a.com/#x")
     assert keys.split_body_ref(ref) == (keys.body_batch("j1", "t7.0"), keys.body_field("http://a.com/#x"))
     assert keys.split_body_ref(keys.body("j1", "t", "http://a.com/#x")) is None  # a key of its own
+    odd = "x:bb:y#z"  # job ids are not checked: one may hold what a reference is cut at
+    assert keys.split_body_ref(keys.body(odd, "t", "http://a.com/")) is None
+    assert keys.split_body_ref(keys.body_ref(odd, "t", "http://a.com/")) == (keys.body_batch(odd, "t"),
+                                                                              keys.body_field("http://a.com/"))
     pattern = re.compile(fnmatch.translate(keys.job_pattern("j1")))
     assert all(pattern.match(k) for k in [*built, *parts["nd"], *parts["bf"], *bodies])
     assert not pattern.match(keys.meta("j10")) and not pattern.match(keys.bloom_meta("j10"))
