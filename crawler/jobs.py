@@ -293,16 +293,20 @@ CYCLE_FIELDS = ("fetched", "new", "changed", "unchanged", "gone", "not_modified"
 
 
 def cycles(redis: Redis, job_id: str) -> list[dict[str, Any]]:
-    """Per cycle: start, end and counts, oldest first."""
+    """Per cycle: start, end and counts, oldest first. A cycle whose record went with a Redis
+    that was lost (``crawler recover`` rebuilds the job in its current cycle) is left out; the
+    current one starts when the job's record says."""
     status(redis, job_id)  # JobNotFound if there is no such job
-    last, _ = cycle_of(redis, job_id)
+    last, due = cycle_of(redis, job_id)
     pipe = redis.pipeline(transaction=False)
     for n in range(1, last + 1):
         pipe.hgetall(keys.cycle(job_id, n))
     out = []
     for n, raw in enumerate(pipe.execute(), start=1):
         d = {k.decode(): v.decode() for k, v in raw.items()}
-        row: dict[str, Any] = {"cycle": n, "started_at": float(d.get("started_at", 0)),
+        if "started_at" not in d and n != last:
+            continue
+        row: dict[str, Any] = {"cycle": n, "started_at": float(d.get("started_at", due)),
                                "finished_at": float(d["finished_at"]) if "finished_at" in d else None}
         row.update({f: int(d.get(f, 0)) for f in CYCLE_FIELDS})
         out.append(row)

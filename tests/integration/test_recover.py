@@ -158,6 +158,9 @@ def test_recover_resumes_the_cycle_a_periodic_job_was_in(r: redis.Redis, tmp_pat
     assert set(_queued(r, job_id)) == {B, C}
     assert jobs.cycle_of(r, job_id) == (2, pytest.approx(now - 5))
     assert r.sismember(keys.PERIODIC, job_id)
+    # Cycle 1's record went with the lost Redis: not shown as a cycle of 1970 still running.
+    [row] = jobs.cycles(r, job_id)
+    assert (row["cycle"], row["started_at"], row["finished_at"]) == (2, pytest.approx(now - 5), None)
     # D is seen this cycle (not due); the seed A was stored this cycle.
     ctx = stages.Context.default(r)
     assert stages.dedup_stage(ctx, jobs.load(r, job_id), "", groups_from_json([[D, 1, A], [A, 0, ""]])) == []
