@@ -155,6 +155,14 @@ def wake_shards(pipe: Any, shards: Iterable[int | str]) -> None:
         pipe.ltrim(keys.wake(shard), 0, 0)
 
 
+def _deadline(now: float, lease_timeout: float, tokens: Iterable[str]) -> str | float:
+    """The new expiry of leases under ``tokens``, or "" to leave them as their dispatch set them:
+    leased less than ``FRESH`` of the timeout ago, they have most of a timeout left, and
+    rewriting it would cost a command per page."""
+    fresh = all((made := token_time(t)) is not None and now - made < lease_timeout * FRESH for t in tokens)
+    return "" if fresh else now + lease_timeout
+
+
 def _counts_args(counts: Mapping[str, int] | None) -> list[str | int]:
     """Counters for a script to add (``counts_at`` in ``scripts/helpers.lua``): how many, then
     (name, amount) pairs."""
@@ -315,10 +323,8 @@ class Frontier:
         if not leases:
             return []
         now = time.time()
-        made = [token_time(t) for _, t in leases]
-        # Leased less than ``FRESH`` of the timeout ago: the dispatch's deadline stands.
-        fresh = all(m is not None and now - m < lease_timeout * FRESH for m in made)
-        res = self._call(self._confirm, job, "" if fresh else now + lease_timeout, *_flat(leases))
+        res = self._call(self._confirm, job, _deadline(now, lease_timeout, [t for _, t in leases]),
+                         *_flat(leases))
         return [bool(r) for r in res]
 
     def renew(self, job: str, leases: Sequence[Lease], lease_timeout: float, *, extra: float = 0.0,
@@ -355,11 +361,7 @@ class Frontier:
         if done:
             now = time.time()
             own = delays or {}
-            # Leased less than ``FRESH`` of the timeout ago: the dispatch's deadline leaves parse
-            # and store most of a timeout, and rewriting it would cost a command per page.
-            fresh = all((made := token_time(f.token)) is not None and now - made < lease_timeout * FRESH
-                        for f in done)
-            args = [now, "" if fresh else now + lease_timeout, delay, *_counts_args(counts),
+            args = [now, _deadline(now, lease_timeout, [f.token for f in done]), delay, *_counts_args(counts),
                     *(part for f in done
                       for part in (f.url, f.token, f.retry_at, f.ip, own.get(host_key(f.url), "") if own else ""))]
         if pipe is None:
