@@ -44,10 +44,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0  # the reader (``| head``) has what it wanted
     except redis.ConnectionError as exc:
         line, code = f"cannot reach Redis: {exc}", 1
-    except redis.exceptions.MovedError as exc:
-        # A node of a Redis Cluster, named as a plain Redis: it says where the key lives instead.
-        line, code = (f"Redis answered MOVED {exc}: it is a node of a Redis Cluster; name it (and other "
-                      "nodes) as redis+cluster://host:port,host:port"), 2
+    except (redis.exceptions.MovedError, redis.exceptions.AskError,
+            redis.exceptions.ClusterCrossSlotError) as exc:
+        # A node of a Redis Cluster, named as a plain Redis: it says where a key lives instead, or
+        # (in a transaction whose keys it holds in several slots) refuses them together.
+        line, code = (f"Redis answered {_cluster_answer(exc)}: it is a node of a Redis Cluster; name it "
+                      "(and other nodes) as redis+cluster://host:port,host:port"), 2
     except (redis.exceptions.RedisClusterException, redis.exceptions.ClusterError,
             redis.exceptions.TryAgainError) as exc:
         # Unreachable, not a cluster, or between a master's loss and its replica's promotion.
@@ -59,6 +61,14 @@ def main(argv: list[str] | None = None) -> int:
         line, code = f"{type(exc).__name__}: {one_line(str(exc))}", 1
     print(redact(f"crawler {args.command}: {line}"), file=sys.stderr)
     return code
+
+
+def _cluster_answer(exc: redis.exceptions.ResponseError) -> str:
+    if isinstance(exc, redis.exceptions.MovedError):
+        return f"MOVED {exc}"
+    if isinstance(exc, redis.exceptions.AskError):
+        return f"ASK {exc}"
+    return f"CROSSSLOT ({one_line(str(exc))})"
 
 
 def _crawler_error(exc: CrawlerError) -> tuple[str, int]:

@@ -185,6 +185,10 @@ class RedisCluster:
                 replicas += 1
                 if repl["master_link_status"] != "up":
                     return False
+            # A replica's link can be up before gossip has told every node whom it replicates;
+            # ``replica_of`` asks one node, so each must already know.
+            if sum(n.master_id != "-" for n in self.nodes(port)) != self.masters * self.replicas:
+                return False
         return replicas == self.masters * self.replicas
 
     def live_ports(self) -> list[int]:

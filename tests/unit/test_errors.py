@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
+import redis
 
 from crawler import cli, errors
 from crawler.cli import output as cli_output
@@ -60,6 +61,14 @@ def _run(monkeypatch: pytest.MonkeyPatch, exc: BaseException) -> int:
     (errors.BadURL("seed 'x': no host"), 2, "crawler settings: seed 'x': no host"),
     (StoreUnavailable("postgresql: down"), 1, "crawler settings: StoreUnavailable: postgresql: down"),
     (PermissionError("no access"), 1, "crawler settings: PermissionError: no access"),
+    # A node of a Redis Cluster named as a plain Redis: whichever way it refuses, the line says how
+    # to name it (a transaction's keys in several of its slots draw CROSSSLOT, not MOVED).
+    (redis.exceptions.MovedError("3999 127.0.0.1:7001"), 2,
+     "crawler settings: Redis answered MOVED 3999 127.0.0.1:7001: it is a node of a Redis Cluster; name it (and "
+     "other nodes) as redis+cluster://host:port,host:port"),
+    (redis.exceptions.ClusterCrossSlotError("Keys in request don't hash to the same slot"), 2,
+     "crawler settings: Redis answered CROSSSLOT (Keys in request don't hash to the same slot): it is a node of "
+     "a Redis Cluster; name it (and other nodes) as redis+cluster://host:port,host:port"),
 ])
 def test_the_crawlers_own_errors_end_in_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                                                  exc: BaseException, code: int, line: str) -> None:
