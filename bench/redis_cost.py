@@ -40,6 +40,7 @@ from bench.server import free_port, make_server, nginx_binary
 from bench.web import WebSpec, reachable, write
 from crawler import jobs
 from crawler.config.settings import Settings
+from crawler.dedup import neardup
 from crawler.dedup.bloom import BloomSeen
 from crawler.dedup.neardup import NearDuplicates
 from crawler.embedded import crawl
@@ -149,6 +150,7 @@ def _script_names() -> dict[str, str]:
     texts = {name.lower(): text for name, text in vars(lua).items() if name.isupper() and isinstance(text, str)
              and name not in ("P",) and "redis.call" in text}
     root = Path(__file__).resolve().parent.parent / "crawler"
+    texts.update(neardup.SCRIPTS)  # one file, four entry points
     for path in root.glob("*/scripts/*.lua"):
         texts.setdefault(path.stem, path.read_text())
     return {hashlib.sha1(t.encode()).hexdigest(): name for name, t in texts.items()}

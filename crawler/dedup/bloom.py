@@ -119,11 +119,20 @@ def _offsets(hashes: tuple[int, int, int], layer: Layer) -> list[int]:
     return [(h1 + j * h2) % layer.segment_bits for j in range(layer.k)]
 
 
+def layout(redis: Redis, job: str) -> str | None:
+    """How the job's Bloom filter and near-duplicate index are laid out (``keys.LAYOUT_FIELD``):
+    None if it was submitted before they had tags of their own; today's for a job Redis does
+    not hold."""
+    job_id, got = redis.hmget(keys.meta(job), ["id", keys.LAYOUT_FIELD])
+    if job_id is None:
+        return keys.LAYOUT
+    return None if got is None else text(got)
+
+
 def legacy_layout(redis: Redis, job: str) -> bool:
     """Whether the job was submitted before its Bloom filter and near-duplicate index had tags of
-    their own (``keys.LAYOUT_FIELD``): then they stay under the job's tag, whatever resets them."""
-    job_id, layout = redis.hmget(keys.meta(job), ["id", keys.LAYOUT_FIELD])
-    return job_id is not None and layout is None
+    their own: then they stay under the job's tag, whatever resets them."""
+    return layout(redis, job) is None
 
 
 class BloomSeen:

@@ -1,9 +1,15 @@
 """Near-duplicate pages of a job, by simhash, through a banded index in Redis.
 
 With distance d, the 64 bits are cut into d + 1 bands; two hashes within d bits agree exactly on
-at least one band, so candidates are found by d + 1 set lookups instead of a scan. Finding and
-registering a page is one script, so of two near-duplicate pages stored at the same moment, one
-is the original and the other is marked as its duplicate.
+at least one band, so candidates are found by d + 1 set lookups instead of a scan.
+
+On one Redis, finding and registering a batch of pages is one script, so of two near-duplicate
+pages stored at the same moment, one is the original and the other is marked as its duplicate.
+On a Redis Cluster each band has a hash tag of its own (``keys.neardup_band_prefix``), so one
+job's index spreads over the masters: a batch is looked up band by band, decided on the records'
+tag, then added band by band. A batch still answers as its pages taken one by one would; of two
+near-duplicate pages in batches stored at the same moment, both may be kept (never both dropped:
+only an earlier page can make one a duplicate).
 
 The index keeps at most the job's ``near_duplicate_budget`` pages (0: every page), forgetting the
 oldest by whole generations (the script says how), so its memory has a bound whatever the crawl's
@@ -18,15 +24,26 @@ from pathlib import Path
 from redis import Redis
 
 from crawler.config.settings import Settings
-from crawler.dedup.bloom import legacy_layout
+from crawler.dedup.bloom import layout
 from crawler.dedup.simhash import bands
 from crawler.errors import JobNotFound
 from crawler.lru import LRU
 from crawler.state import jobconf, keys
+from crawler.state.conn import is_cluster_client, text
 
-# What it takes and returns: scripts/neardup_find_or_add.lua.
-_FIND_OR_ADD = (Path(__file__).resolve().parent / "scripts" / "neardup_find_or_add.lua").read_text()
+# Its steps and what each takes and returns: scripts/neardup.lua.
+_STEPS = (Path(__file__).resolve().parent / "scripts" / "neardup.lua").read_text()
+# name -> the script run (``bench.redis_cost`` names them so).
+SCRIPTS = {name: _STEPS + f"return {main}()\n" for name, main in
+           (("neardup", "all_main"), ("neardup_lookup", "lookup_main"), ("neardup_decide", "decide_main"),
+            ("neardup_add", "add_main"))}
+_ALL, _LOOKUP, _DECIDE, _ADD = SCRIPTS.values()
+# Candidates of a page a band hands on at most (the earliest): near-duplicates of one original
+# are not all worth a record lookup.
+MAX_CANDIDATES = 32
 
+
+Split = tuple[str, int, int, list[tuple[int, int]]]  # (url, hi, lo, (bucket, low bits) per band)
 
 _DEFAULT_BUDGET: int = Settings.__dataclass_fields__["near_duplicate_budget"].default  # type: ignore[assignment]
 
@@ -39,17 +56,23 @@ def _signed32(v: int) -> int:
 class NearDuplicates:
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
-        self._script = redis.register_script(_FIND_OR_ADD)
-        self._legacy: LRU[str, bool] = LRU(256)
+        self._all = redis.register_script(_ALL)
+        self._lookup = redis.register_script(_LOOKUP)
+        self._decide = redis.register_script(_DECIDE)
+        self._add = redis.register_script(_ADD)
+        self.cluster = is_cluster_client(redis)
+        self._layouts: LRU[str, str | None] = LRU(256)
+
+    def layout(self, job: str) -> str | None:
+        """The job's layout (``bloom.layout``: None for an index under the job's tag); asked once
+        per job."""
+        if job not in self._layouts:
+            self._layouts.put(job, layout(self.redis, job))
+        return self._layouts.get(job)
 
     def legacy(self, job: str) -> bool:
-        """Whether the job's index stays under the job's tag (``bloom.legacy_layout``); asked once
-        per job."""
-        got = self._legacy.get(job)
-        if got is None:
-            got = legacy_layout(self.redis, job)
-            self._legacy.put(job, got)
-        return got
+        """Whether the job's index stays under the job's tag (``bloom.legacy_layout``)."""
+        return self.layout(job) is None
 
     def find_or_add(self, job: str, pages: Sequence[tuple[str, int]], max_distance: int,
                     budget: int | None = None) -> list[str | None]:
@@ -61,14 +84,59 @@ class NearDuplicates:
         if budget is None:
             budget = self.budget(job)
         n = max_distance + 1
-        legacy = self.legacy(job)
-        args: list[str | int] = [keys.neardup_prefix(job, legacy), max_distance, n, keys.SIMHASH_PAGES_PER_KEY, budget]
-        low = (1 << keys.SIMHASH_BUCKET_BITS) - 1
-        for url, h in pages:
-            args += [_signed32(h >> 32), _signed32(h & 0xFFFFFFFF), url]
-            for value in bands(h, n):
-                args += [value >> keys.SIMHASH_BUCKET_BITS, value & low]
-        return [r.decode() or None for r in self._script(keys=[keys.simhash_seq(job, legacy)], args=args)]
+        found = self.layout(job)
+        legacy = found is None
+        apart = found is not None and found >= keys.BANDS_APART
+        records = keys.neardup_prefix(job, legacy)
+        head: list[str | int] = [max_distance, n, keys.SIMHASH_PAGES_PER_KEY, budget]
+        counter = [keys.simhash_seq(job, legacy), keys.simhash_mark(job, legacy)]
+        split = [_split(url, h, n) for url, h in pages]
+        if not (self.cluster and apart):  # one script: one slot holds it all, or one Redis does
+            band_prefixes = [keys.neardup_band_prefix(job, b) if apart else records for b in range(n)]
+            # An unbounded index from before the bands had tags keeps only numbers in them.
+            width = 12 if apart or budget else 4
+            args: list[str | int] = [*head, records, width, *band_prefixes]
+            for url, hi, lo, parts in split:
+                args += [hi, lo, url, *(v for part in parts for v in part)]
+            return [text(r) or None for r in self._all(keys=counter, args=args)]
+        return self._stepwise(job, head, counter, records, split, n)
+
+    def _stepwise(self, job: str, head: list[str | int], counter: list[str], records: str,
+                  split: list[Split], n: int) -> list[str | None]:
+        """``find_or_add`` on a Redis Cluster: each band looked up on its own tag, the pages
+        decided on the records' tag, the originals added to each band on its tag."""
+        return self._settle(job, head, counter, records, split, n, self._look(job, head, counter, split, n))
+
+    def _look(self, job: str, head: list[str | int], counter: list[str], split: list[Split],
+              n: int) -> list[set[int]]:
+        """Per page, the numbers of the indexed pages within the distance in any band."""
+        next_number = int(self.redis.get(counter[0]) or 0) + 1
+        candidates: list[set[int]] = [set() for _ in split]
+        for b in range(n):
+            args: list[str | int] = [*head, keys.neardup_band_prefix(job, b), b, next_number]
+            for _, hi, lo, parts in split:
+                args += [hi, lo, *parts[b]]
+            for found, got in zip(candidates, self._lookup(keys=[keys.neardup_band_mark(job, b)], args=args),
+                                  strict=True):
+                found.update(int(x) for x in got)
+        return candidates
+
+    def _settle(self, job: str, head: list[str | int], counter: list[str], records: str, split: list[Split],
+                n: int, candidates: list[set[int]]) -> list[str | None]:
+        """Decide each page from its candidates, then add the originals to every band."""
+        args: list[str | int] = [*head, records]
+        for (url, hi, lo, _), found in zip(split, candidates, strict=True):
+            earliest = sorted(found)[:MAX_CANDIDATES]
+            args += [hi, lo, url, len(earliest), *earliest]
+        bests, numbers = self._decide(keys=counter, args=args)
+        originals = [(int(number), page) for number, page in zip(numbers, split, strict=True) if int(number)]
+        if originals:
+            for b in range(n):
+                args = [*head, keys.neardup_band_prefix(job, b), b]
+                for number, (_, hi, lo, parts) in originals:
+                    args += [number, hi, lo, *parts[b]]
+                self._add(keys=[keys.neardup_band_mark(job, b)], args=args)
+        return [text(r) or None for r in bests]
 
     def budget(self, job: str) -> int:
         """The job's index budget, from its settings as this process caches them."""
@@ -80,6 +148,13 @@ class NearDuplicates:
     def reset(self, job: str) -> int:
         """Forget every page indexed for the job (a periodic job's new cycle). Returns keys deleted."""
         legacy = self.legacy(job)
-        doomed = [keys.simhash_seq(job, legacy), *self.redis.scan_iter(keys.simhash_band_pattern(job, legacy),
-                                                                      count=1000)]
+        doomed = {keys.simhash_seq(job, legacy),
+                  *(text(k) for k in self.redis.scan_iter(keys.simhash_band_pattern(job, legacy), count=1000))}
         return int(self.redis.delete(*doomed))
+
+
+def _split(url: str, h: int, n: int) -> Split:
+    """(url, hi, lo, (bucket, low bits) per band) of a page, as the scripts take them."""
+    low = (1 << keys.SIMHASH_BUCKET_BITS) - 1
+    return url, _signed32(h >> 32), _signed32(h & 0xFFFFFFFF), \
+        [(v >> keys.SIMHASH_BUCKET_BITS, v & low) for v in bands(h, n)]

@@ -36,11 +36,14 @@ def role_prefix(job: str, role: str) -> str:
 
 
 BODY_SLOTS = 16  # tags fetched bodies are spread over
-# The job's meta field saying its Bloom filter and near-duplicate index have tags of their own
-# (``role_prefix``). A job without it was submitted before they had: it keeps them under its own
-# tag for life, resets included, so a job running across an upgrade loses nothing it has seen.
+# The job's meta field saying how its Bloom filter and near-duplicate index are laid out. A job
+# without it was submitted before they had tags of their own (``role_prefix``): it keeps them
+# under its own tag for life, resets included, so a job running across an upgrade loses nothing
+# it has seen. "2": both under tags of their own; "3": the near-duplicate index's bands each
+# under one more (``neardup_band_prefix``).
 LAYOUT_FIELD = "layout"
-LAYOUT = "2"
+LAYOUT = "3"
+BANDS_APART = "3"  # the first layout whose near-duplicate bands have tags of their own
 
 
 def job_pattern(job: str) -> str:
@@ -299,17 +302,31 @@ NEARDUP = "nd"  # the near-duplicate index's part (``role_prefix``)
 
 
 def neardup_prefix(job: str, legacy: bool = False) -> str:
-    """What the near-duplicate index's keys start with (its script builds them from it);
-    ``legacy``: an index made before it had a tag of its own, as ``bloom_prefix``."""
+    """What the near-duplicate index's keys start with (its script builds them from it): its
+    counter and page records, and its bands in layout "2"; ``legacy``: an index made before it
+    had a tag of its own, as ``bloom_prefix``."""
     return prefix(job) if legacy else role_prefix(job, NEARDUP)
+
+
+def neardup_band_prefix(job: str, band: int | str) -> str:
+    """What the keys of one band of the near-duplicate index start with (layout "3" on): a tag
+    per band, so the index's lookups spread over a cluster's masters."""
+    return role_prefix(job, f"{NEARDUP}{band}")
+
+
+def neardup_band_mark(job: str, band: int | str) -> str:
+    """The number whose share of band ``band`` was forgotten last (a bounded index on a cluster)."""
+    return neardup_band_prefix(job, band) + "sh:f"
+
+
 SIMHASH_BUCKET_BITS = 7  # a band key holds 2**7 band values, one hash field each
 SIMHASH_PAGES_PER_KEY = 128  # pages per list of the index's page records
 
 
 def simhash_band(job: str, band: int | str, bucket: int | str) -> str:
-    """Band ``band`` of the near-duplicate index, for band values ``bucket << SIMHASH_BUCKET_BITS``
-    on: a hash of band value's low bits -> the pages having it."""
-    return neardup_prefix(job) + f"{SIMHASH_BAND}{band}:{bucket}"
+    """Band ``band`` of an unbounded near-duplicate index, for band values ``bucket <<
+    SIMHASH_BUCKET_BITS`` on: a hash of band value's low bits -> the pages having it."""
+    return neardup_band_prefix(job, band) + f"{SIMHASH_BAND}{band}:{bucket}"
 
 
 def simhash_pages(job: str, bucket: int | str) -> str:
@@ -319,13 +336,20 @@ def simhash_pages(job: str, bucket: int | str) -> str:
 
 
 def simhash_band_pattern(job: str, legacy: bool = False) -> str:
-    """A SCAN pattern matching every key of the near-duplicate index but its counter."""
-    return neardup_prefix(job, legacy) + SIMHASH_BAND + "*"
+    """A SCAN pattern matching every key of the near-duplicate index (its counter too, but in
+    ``legacy``), whichever tags it has (``neardup_prefix``, ``neardup_band_prefix``)."""
+    return prefix(job) + SIMHASH_BAND + "*" if legacy else "c:{" + job + "~" + NEARDUP + "*"
 
 
 def simhash_seq(job: str, legacy: bool = False) -> str:
     """The near-duplicate index's page counter (earlier page = original)."""
     return neardup_prefix(job, legacy) + "shseq"
+
+
+def simhash_mark(job: str, legacy: bool = False) -> str:
+    """The number whose share of the index's records (and, on one Redis, its bands) was
+    forgotten last."""
+    return neardup_prefix(job, legacy) + SIMHASH_BAND + "f"
 
 
 # -- rendering (crawler.render) --

@@ -99,11 +99,13 @@ def test_a_crawl_with_its_state_on_a_redis_cluster(cluster: RedisCluster, broker
     finally:
         w.stop()
     # The frontier's keys share the job's slot (its scripts touch nothing else: no task or tick
-    # failed above); the Bloom filter and the near-duplicate index are in slots of their own.
+    # failed above); the Bloom filter and the near-duplicate index (its records, and each of its
+    # bands) are in slots of their own.
     found = [k.decode() for k in client.scan_iter(keys.job_pattern(job_id), count=1000)]
     slots = {name.split("}")[0] + "}" for name in found}
     assert {keys.prefix(job_id)[:-1], keys.role_prefix(job_id, keys.BLOOM)[:-1],
-            keys.role_prefix(job_id, keys.NEARDUP)[:-1]} <= slots, slots
+            keys.role_prefix(job_id, keys.NEARDUP)[:-1],
+            *(keys.neardup_band_prefix(job_id, b)[:-1] for b in range(4))} <= slots, slots
     # Link batches on their way to dedup were waited on until the replica had them.
     home = cluster.master_for_key(keys.meta(job_id))
     assert _waits(cluster, home) > 0

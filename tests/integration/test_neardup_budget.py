@@ -50,11 +50,13 @@ def _held(r: redis.Redis, job: str) -> tuple[int, int]:
         name = key.decode()
         if name.startswith(keys.simhash_pages(job, "")):
             records += sum(1 for rec in r.lrange(key, 0, -1) if rec)
-        elif name.startswith(keys.neardup_prefix(job) + keys.SIMHASH_BAND + "g"):
+        elif ":" + keys.SIMHASH_BAND + "g" in name:  # under the band's own tag
             band = name.split(":")[-2]  # ...:sh:g<gen>:<band>:<k>
+            assert name.startswith(keys.neardup_band_prefix(job, band)), name
             n = sum(len(v) // 12 for v in r.hvals(key))
             per_band[band] = per_band.get(band, 0) + n
             entries += n
+    assert per_band or not records, "no band entries found: the index's key names moved"
     return records, max(per_band.values(), default=0)
 
 

@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from bench.redis_cost import _key_kind, _script_names, print_breakdown
+from crawler.dedup import neardup
 from crawler.frontier import lua
 
 
@@ -15,7 +16,8 @@ def test_scripts_are_named_by_their_sha() -> None:
     names = _script_names()
     assert names[hashlib.sha1(lua.DISPATCH.encode()).hexdigest()] == "dispatch"
     assert names[hashlib.sha1(lua.FETCHED.encode()).hexdigest()] == "fetched"
-    assert "bloom_add" in names.values() and "neardup_find_or_add" in names.values()
+    assert "bloom_add" in names.values()
+    assert names[hashlib.sha1(neardup.SCRIPTS["neardup_decide"].encode()).hexdigest()] == "neardup_decide"
 
 
 def test_keys_are_grouped_by_structure() -> None:

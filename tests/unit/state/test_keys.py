@@ -28,7 +28,9 @@ def test_every_job_key_carries_the_jobs_hash_tag() -> None:
     assert all(k.startswith(p) for k in built)
     assert len(set(built)) == len(built)
     # Parts no frontier script touches: a tag each (the job's, then a role), all found by job_pattern.
-    parts = {"nd": [keys.simhash_band("j1", 0, 7), keys.simhash_pages("j1", 7), keys.simhash_seq("j1")],
+    parts = {"nd": [keys.simhash_pages("j1", 7), keys.simhash_seq("j1"), keys.simhash_mark("j1")],
+             "nd0": [keys.simhash_band("j1", 0, 7), keys.neardup_band_mark("j1", 0)],
+             "nd3": [keys.simhash_band("j1", 3, 7), keys.neardup_band_mark("j1", 3)],
              "bf": [keys.bloom_meta("j1"), keys.bloom_segment("j1", 0, 3), keys.bloom_memo("j1", "t")]}
     for role, names in parts.items():
         assert all(k.startswith(f"c:{{j1~{role}}}:") for k in names), names
@@ -45,7 +47,11 @@ def test_every_job_key_carries_the_jobs_hash_tag() -> None:
     assert keys.split_body_ref(keys.body_ref(odd, "t", "http://a.com/")) == (keys.body_batch(odd, "t"),
                                                                               keys.body_field("http://a.com/"))
     pattern = re.compile(fnmatch.translate(keys.job_pattern("j1")))
-    assert all(pattern.match(k) for k in [*built, *parts["nd"], *parts["bf"], *bodies])
+    assert all(pattern.match(k) for k in [*built, *(k for names in parts.values() for k in names), *bodies])
+    # The index's own pattern finds its every key, under any of its tags, and nothing else.
+    index = re.compile(fnmatch.translate(keys.simhash_band_pattern("j1")))
+    assert all(index.match(k) for role in ("nd", "nd0", "nd3") for k in parts[role])
+    assert not any(index.match(k) for k in [*built, *parts["bf"], *bodies, keys.simhash_seq("j10")])
     assert not pattern.match(keys.meta("j10")) and not pattern.match(keys.bloom_meta("j10"))
 
 
@@ -60,10 +66,11 @@ def test_names_the_scripts_build_from_the_prefix_agree() -> None:
         assert built.startswith(p + spelled.split("'")[1])
         assert spelled in lua.ADMIT + lua.DISPATCH + lua.CLAIM_CYCLE + lua.REAP
     assert keys.wake(3) == "c:{wake}:3" and "'c:{wake}:' .. shard" in lua.DISPATCH
-    nd = keys.neardup_prefix("j")
-    assert keys.simhash_band("j", 0, 5) == nd + "sh:0:5" and "P .. 'sh:' .. b .. ':'" in neardup._FIND_OR_ADD
-    assert keys.simhash_pages("j", 5) == nd + "sh:d:5" and "P .. 'sh:d:'" in neardup._FIND_OR_ADD
-    assert keys.simhash_pages("j", 5).startswith(keys.simhash_band_pattern("j")[:-1])
+    nd, nd2 = keys.neardup_prefix("j"), keys.neardup_band_prefix("j", 2)
+    steps = neardup.SCRIPTS["neardup"]
+    assert keys.simhash_band("j", 2, 5) == nd2 + "sh:2:5" and "PB .. 'sh:' .. b .. ':'" in steps
+    assert keys.simhash_pages("j", 5) == nd + "sh:d:5" and "PR .. 'sh:d:'" in steps
+    assert keys.neardup_band_mark("j", 2) == nd2 + "sh:f" and keys.simhash_mark("j") == nd + "sh:f"
 
 
 def test_frontier_scripts_keys_order() -> None:

@@ -1,0 +1,141 @@
+"""The near-duplicate index on a Redis Cluster: each band under a hash tag of its own, so one job's
+index spreads over the masters, and a batch still answers as its pages taken one by one would.
+Batches stored at the same moment may keep two near-duplicates, never drop both: a page is only
+ever marked a duplicate of a page kept as an original."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from crawler.dedup.neardup import NearDuplicates
+from crawler.local.redis_cluster import RedisCluster
+from crawler.state import keys
+from crawler.state.conn import connect
+from tests.integration.test_neardup import _reference as unbounded_reference
+from tests.integration.test_neardup_budget import _held
+from tests.integration.test_neardup_budget import _reference as bounded_reference
+from tests.integration.test_neardup_budget import _variant
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    with RedisCluster(masters=3, replicas=0, root=Path(tmp_path_factory.mktemp("ndcluster"))) as c:
+        yield c
+
+
+def _pages(seed: int, n: int) -> list[tuple[str, int]]:
+    rnd = random.Random(seed)
+    pages: list[tuple[str, int]] = []
+    for i in range(n):
+        if i < 50 or rnd.random() < 0.4:
+            h = rnd.getrandbits(64)
+        else:  # a variant of a recent page, within the distance or just past it
+            h = _variant(rnd, rnd.choice(pages[-200:])[1], rnd.randint(0, 5))
+        pages.append((f"http://127.0.2.{i % 30}/p{i}", h))
+    return pages
+
+
+@pytest.mark.parametrize("budget", [0, 300])
+def test_a_batch_answers_as_one_redis_would(cluster: RedisCluster, budget: int) -> None:
+    client = connect(cluster.url)
+    nd = NearDuplicates(client)
+    job = f"nd-same-{budget}"
+    pages = _pages(budget + 1, 1500)
+    got: list[str | None] = []
+    for k in range(0, len(pages), 50):
+        got += nd.find_or_add(job, pages[k:k + 50], 3, budget=budget)
+    want = unbounded_reference(pages, 3) if budget == 0 else bounded_reference(pages, 3, budget)
+    assert got == want
+    assert 200 < sum(g is not None for g in got) < 1200
+    if budget:  # each band forgets on its own tag, and still holds at most the budget
+        records, band_entries = _held(client, job)
+        assert 0 < records <= budget and 0 < band_entries <= budget, (records, band_entries)
+    # The bands and the records are under five tags, on more than one master.
+    tags = {k.decode().split("}")[0] + "}" for k in client.scan_iter(keys.simhash_band_pattern(job), count=1000)}
+    assert tags == {keys.neardup_prefix(job)[:-1], *(keys.neardup_band_prefix(job, b)[:-1] for b in range(4))}
+    masters = {cluster.master_for_key(tag + ":x") for tag in tags}
+    assert len(masters) >= 2, masters
+    assert nd.reset(job) > 0 and not list(client.scan_iter(keys.simhash_band_pattern(job), count=1000))
+
+
+def test_the_index_spreads_its_commands_over_the_masters(cluster: RedisCluster) -> None:
+    # Job ids whose five tags fall on all three masters (as most do); the test web's crawl
+    # counts its commands the same way.
+    client = connect(cluster.url)
+    job = next(j for j in (f"nd-spread-{i}" for i in range(100))
+               if len({cluster.master_for_key(p + "x") for p in
+                       (keys.neardup_prefix(j), *(keys.neardup_band_prefix(j, b) for b in range(4)))}) == 3)
+    nodes = cluster.node_clients()
+    try:
+        before = {p: sum(int(v["calls"]) for v in c.info("commandstats").values()) for p, c in nodes.items()}
+        nd = NearDuplicates(client)
+        pages = _pages(7, 1000)
+        for k in range(0, len(pages), 20):
+            nd.find_or_add(job, pages[k:k + 20], 3, budget=0)
+        calls = {p: sum(int(v["calls"]) for v in c.info("commandstats").values()) - before[p]
+                 for p, c in nodes.items()}
+    finally:
+        for c in nodes.values():
+            c.close()
+    total = sum(calls.values())
+    assert all(0.1 < n / total < 0.6 for n in calls.values()), calls
+
+
+def test_batches_stored_at_the_same_moment_never_drop_both_near_duplicates(cluster: RedisCluster) -> None:
+    job = "nd-race"
+    rnd = random.Random(12)
+    originals = [rnd.getrandbits(64) for _ in range(40)]
+    # Each thread's batches hold variants of the same originals: near-duplicates of each other
+    # stored at the same moment, in every interleaving the threads fall into.
+    batches = [[(f"http://127.0.2.{t}/o{i}", _variant(rnd, h, rnd.randint(0, 1))) for i, h in enumerate(originals)]
+               for t in range(4)]
+    answers: dict[str, str | None] = {}
+    lock = threading.Lock()
+
+    def run(pages: list[tuple[str, int]]) -> None:
+        nd = NearDuplicates(connect(cluster.url))
+        for k in range(0, len(pages), 5):
+            got = nd.find_or_add(job, pages[k:k + 5], 3, budget=0)
+            with lock:
+                answers.update(zip((u for u, _ in pages[k:k + 5]), got, strict=True))
+
+    threads = [threading.Thread(target=run, args=(b,)) for b in batches]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(answers) == 4 * len(originals)
+    hashes = {u: h for b in batches for u, h in b}
+    for url, of in answers.items():
+        if of is not None:  # a duplicate only of a page kept, and near it
+            assert answers[of] is None, (url, of)
+            assert (hashes[url] ^ hashes[of]).bit_count() <= 3
+    # Of each original's four variants, at least one is kept; the race keeps more than one at
+    # times (how many depends on how the threads fell), and a page stored after it finds them.
+    for i in range(len(originals)):
+        assert any(answers[f"http://127.0.2.{t}/o{i}"] is None for t in range(4))
+    later = NearDuplicates(connect(cluster.url)).find_or_add(
+        job, [(f"http://127.0.2.9/o{i}", h) for i, h in enumerate(originals)], 3, budget=0)
+    assert all(of is not None and answers[of] is None for of in later), later
+
+
+def test_a_job_of_the_layout_before_keeps_its_bands_under_one_tag(cluster: RedisCluster) -> None:
+    # Layout "2": the whole index under the job's near-duplicate tag, as the one script had it.
+    client = connect(cluster.url)
+    client.hset(keys.meta("nd-two"), mapping={"id": "nd-two", keys.LAYOUT_FIELD: "2"})
+    nd = NearDuplicates(client)
+    h = 0x0123456789ABCDEF
+    assert nd.find_or_add("nd-two", [("http://a/1", h)], 3, budget=300) == [None]
+    assert nd.find_or_add("nd-two", [("http://a/2", h ^ 1)], 3, budget=300) == ["http://a/1"]
+    found = {k.decode() for k in client.scan_iter("c:{nd-two~*", count=1000)}
+    old = "c:{nd-two~nd}:"
+    assert found and all(k.startswith(old) for k in found), found
+    assert {old + "shseq", old + "sh:f", old + "sh:d:0"} <= found
+    assert any(k.startswith(old + "sh:g0:0:") for k in found)
+    assert nd.reset("nd-two") == len(found)
+
