@@ -26,7 +26,7 @@ from crawler.spiders import pipelines as item_pipelines
 from crawler.spiders import starts as spider_starts
 from crawler.state import jobconf as jobcache
 from crawler.state import joblog, keys, store_errors
-from crawler.state.conn import all_or_nothing, is_pipeline, text, unlink_all
+from crawler.state.conn import all_or_nothing, is_cluster_client, is_pipeline, replicated_write, text, unlink_all
 from crawler.state.jobconf import Job
 from crawler.store import JobDefinition, open_store
 from crawler.urls import canonicalize, domain_of
@@ -92,6 +92,11 @@ def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | Non
     pipe.execute()
     if canon:
         admit_links(redis, Frontier(redis), job_id, settings, [Entry(u) for u in dict.fromkeys(canon)])
+    if is_cluster_client(redis):
+        # A write waited on until a replica has it: the replica, which takes the master's writes
+        # in order, then has the job's record and seeds too, so a failover right after the
+        # submitter is told the job's id does not lose the job.
+        replicated_write(redis, keys.meta(job_id), lambda p: p.hset(keys.meta(job_id), "id", job_id))
     return job_id
 
 

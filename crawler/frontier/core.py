@@ -502,6 +502,13 @@ class Frontier:
         self.redis.srem(keys.JOBS, job)
         return True
 
+    def drop_if_unrecorded(self, job: str) -> bool:
+        """Take a job Redis holds no record of off the active set."""
+        if self.redis.exists(keys.meta(job)):
+            return False
+        self.redis.srem(keys.JOBS, job)
+        return True
+
     def count(self, job: str, pipe: Any = None, **deltas: int) -> None:
         """Add to the job's counters, beside those the scripts keep. ``pipe``: a pipeline to add
         them to, executed by the caller."""

@@ -43,6 +43,9 @@ PROMOTE_EVERY = 1.0  # a retry set is looked at this often at least (more when i
 # How often a job's store is asked for more URLs while some wait there: each refill brings a low
 # host's queue back to its cap, so a host may take up to half its cap per interval.
 REFILL_EVERY = 0.2
+# Seconds a listed job may have no record before it is taken off the list: a Redis Cluster's
+# pipeline may list a job a moment before its record lands, but not for this long.
+UNRECORDED_GRACE = 60.0
 REFILL_CLAIM = 30.0  # seconds a sent refill task holds the job's claim at most
 
 
@@ -71,11 +74,22 @@ class Dispatcher:
         self._last_dispatch: dict[str, float] = {}
         self._last_refill: dict[str, float] = {}
         self._promote_at: dict[str, float] = {}  # when each job's retries are looked at next
+        self._unrecorded: dict[str, float] = {}  # listed jobs with no record -> since when
         self._last_check = 0.0
         # Whether the last tick left more than one request in flight (or held a batch back):
         # only then can a wake's linger gather more completions into one batch.
         self._crowded = True
         self.live = LiveSet()
+
+    def _drop_unrecorded(self, job_id: str, now: float) -> None:
+        """Take a listed job whose record is gone off the list once it has been gone a while
+        (its record lost with a master, or purged behind a worker's back): else every tick of
+        every dispatcher looks at it for ever."""
+        since = self._unrecorded.setdefault(job_id, now)
+        if now - since >= UNRECORDED_GRACE and self.frontier.drop_if_unrecorded(job_id):
+            self._unrecorded.pop(job_id, None)
+            log.warning("job %s: listed as running with no record for %.0f s; taken off the list "
+                        "(crawler recover rebuilds it from its store)", job_id, now - since)
 
     def _check_live(self, now: float) -> None:
         change = takeover.check(self.redis, self.takeover_after, now)
@@ -112,11 +126,14 @@ class Dispatcher:
             self._last_dispatch = {j: t for j, t in self._last_dispatch.items() if j in keep}
             self._last_refill = {j: t for j, t in self._last_refill.items() if j in keep}
             self._promote_at = {j: t for j, t in self._promote_at.items() if j in keep}
+            self._unrecorded = {j: t for j, t in self._unrecorded.items() if j in keep}
         for job_id in active:
             try:
                 job = jobcache.load(self.redis, job_id)
             except KeyError:
+                self._drop_unrecorded(job_id, now)
                 continue
+            self._unrecorded.pop(job_id, None)
             s = job.settings
             if now - self._last_reap.get(job_id, 0.0) >= REAP_EVERY:
                 self._last_reap[job_id] = now

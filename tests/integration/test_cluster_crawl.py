@@ -160,6 +160,18 @@ def test_a_replicated_write_waits_for_a_replica_but_not_on_a_master_without_one(
         assert _waits(bare, bare.master_for_key("{a}k")) == 1
 
 
+def test_a_submitted_job_survives_its_masters_loss_right_after(cluster: RedisCluster) -> None:
+    client = connect(cluster.url)
+    job_id = jobs.submit(client, Settings.from_env(shards=1), ["http://127.0.1.1:9/"])
+    home = cluster.master_for_key(keys.meta(job_id))
+    assert _waits(cluster, home) >= 1  # the submitter was answered once a replica had the job
+    cluster.kill(home)  # no shutdown, no last word to the replica
+    cluster.wait_failover(home)
+    client = connect(cluster.url)
+    assert jobs.status(client, job_id)["status"] == "running"
+    assert client.llen(keys.host_queue(job_id, "127.0.1.1:9")) == 1  # its seed, queued
+
+
 def test_counters_join_the_callers_pipeline_and_a_job_ended_while_restarting_stays_listed(
         cluster: RedisCluster) -> None:
     client = connect(cluster.url)

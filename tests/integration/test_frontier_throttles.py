@@ -17,7 +17,7 @@ import redis
 from crawler import jobs
 from crawler.config.settings import Settings
 from crawler.frontier import Entry, Fetched, Frontier
-from crawler.frontier.dispatcher import PROMOTE_EVERY, Dispatcher
+from crawler.frontier.dispatcher import PROMOTE_EVERY, UNRECORDED_GRACE, Dispatcher
 from crawler.local.redis_server import RedisServer
 from crawler.state import keys
 
@@ -154,3 +154,24 @@ def test_the_dispatcher_looks_up_depths_for_exact_seen_sets_only(
     disp.tick(time.time())
     assert asked == {bloom: False, exact: True, forced: True}
     assert sorted(job for job, *_ in sent) == sorted(asked)  # each seed went, whatever the flag
+
+
+def test_a_listed_job_with_no_record_is_taken_off_the_list_after_a_grace(r: redis.Redis, tmp_path: Path) -> None:
+    # Its record lost with a master (or purged behind the dispatcher's back): listed for ever,
+    # every tick of every dispatcher would look at it.
+    real = _submit(r, tmp_path, SEED)
+    r.sadd(keys.JOBS, "ghost")
+    sent: list[tuple[str, int, str, list[str]]] = []
+    d = _dispatcher(r, sent)
+    t0 = time.time()
+    d.tick(now=t0)
+    d.tick(now=t0 + UNRECORDED_GRACE - 1)
+    assert r.sismember(keys.JOBS, "ghost")  # a cluster's pipeline may list a job before its record lands
+    d.tick(now=t0 + UNRECORDED_GRACE)
+    assert not r.sismember(keys.JOBS, "ghost") and r.sismember(keys.JOBS, real)
+    # A record that lands within the grace keeps the job listed.
+    r.sadd(keys.JOBS, "late")
+    d.tick(now=t0 + 100)
+    r.hset(keys.meta("late"), mapping={"id": "late", "status": "running", "settings": "{}"})
+    d.tick(now=t0 + 100 + UNRECORDED_GRACE)
+    assert r.sismember(keys.JOBS, "late")
