@@ -362,8 +362,8 @@ class Frontier:
             now = time.time()
             own = delays or {}
             args = [now, _deadline(now, lease_timeout, [f.token for f in done]), delay, *_counts_args(counts),
-                    *(part for f in done
-                      for part in (f.url, f.token, f.retry_at, f.ip, own.get(host_key(f.url), "") if own else ""))]
+                    *(part for f in done for host in (host_key(f.url),)
+                      for part in (f.url, f.token, f.retry_at, f.ip, own.get(host, "") if own else "", host))]
         if pipe is None:
             if done:
                 self._call(self._fetched, job, *args)

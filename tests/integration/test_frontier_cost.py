@@ -177,6 +177,13 @@ def test_the_callers_counters_are_written_with_the_scripts_own_and_once_per_batc
     assert r.hincrby(keys.counters(JOB), "bytes", 1) == 3 * 10**15 + 1  # written as an integer
     assert {k.decode(): int(v) for k, v in r.hgetall(keys.host_fetched(JOB)).items()} == {
         "h0.test": 1, "h1.test": 1, "h2.test": 1}
+    # A fetch whose lease expired meanwhile (leased again under another token) still asked its
+    # host: the host's count has it, as the job's has; one sent to wait for a retry has not.
+    f.fetched(JOB, [Fetched("http://h0.test/9", "stale-token"), Fetched("http://h1.test/9", "t", time.time() + 60)],
+              lease_timeout=60, delay=0, counts={"fetched": 1})
+    assert int(r.hget(keys.host_fetched(JOB), "h0.test") or 0) == 2
+    assert int(r.hget(keys.host_fetched(JOB), "h1.test") or 0) == 1
+    assert cnt()["fetched"] == 4 and cnt()["inflight"] == 0  # nothing of the stale lease freed
     assert f.release(JOB, leases, delay=0, counts={"items": 2}) == 3
     c = cnt()
     assert (c["stored"], c["open"], c["held"], c["items"]) == (3, 3, 0, 2)

@@ -17,9 +17,8 @@ from crawler.local.redis_cluster import RedisCluster
 from crawler.state import keys
 from crawler.state.conn import connect
 from tests.integration.test_neardup import _reference as unbounded_reference
-from tests.integration.test_neardup_budget import _held
+from tests.integration.test_neardup_budget import _held, _variant
 from tests.integration.test_neardup_budget import _reference as bounded_reference
-from tests.integration.test_neardup_budget import _variant
 
 
 @pytest.fixture(scope="module")

@@ -1,17 +1,21 @@
 -- ARGV: prefix, job, now, lease_deadline ('' to leave it as it is), delay, the caller's counters
--- of the job (``counts_at``), then (url, token, retry_at, ip, host delay) per request. retry_at > 0 sends the URL to the retry set, due then, with one more attempt counted;
--- ip, when known, becomes the host's address for the per-address budget; the host's delay, when
--- the caller has just set it ('' otherwise), spares reading it back.
+-- of the job (``counts_at``), then (url, token, retry_at, ip, host delay, host) per request.
+-- retry_at > 0 sends the URL to the retry set, due then, with one more attempt counted; ip, when
+-- known, becomes the host's address for the per-address budget; the host's delay, when the caller
+-- has just set it ('' otherwise), spares reading it back. A request with retry_at 0 counts as a
+-- page fetched from its host whether or not its lease was still its own (the host was asked,
+-- as the job's ``fetched`` counts it).
 local now, deadline, delay = tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local n, retried, held = 0, 0, 0
 local cnt, first = counts_at(6)
 local urls = {}
-for i = first, #ARGV, 5 do urls[#urls + 1] = ARGV[i] end
+for i = first, #ARGV, 6 do urls[#urls + 1] = ARGV[i] end
 local lease = hmget(KLEASE, urls)
 local ipw, gone, retry, keep, expiry, freed = gather(), gather(), gather(), gather(), gather(), {}
 local hostf = {}  -- pages fetched per host (the hosts table's count), retries aside
-for i = first, #ARGV, 5 do
+for i = first, #ARGV, 6 do
   local url, retry_at, ip, d = ARGV[i], tonumber(ARGV[i + 2]), ARGV[i + 3], tonumber(ARGV[i + 4])
+  if retry_at <= 0 then hostf[ARGV[i + 5]] = (hostf[ARGV[i + 5]] or 0) + 1 end
   local l = lease[url]
   if l then
     local t, st, shard, host, ipk, e = parse_lease(l)
@@ -23,7 +27,6 @@ for i = first, #ARGV, 5 do
         retried = retried + 1
       else
         add(keep, url, t .. ' d ' .. shard .. ' ' .. host .. ' ' .. ipk .. ' ' .. e)
-        hostf[host] = (hostf[host] or 0) + 1
         -- deadline '': the lease is young, and the deadline the dispatch gave it stands.
         if deadline ~= '' then add(expiry, deadline, url) end
         held = held + 1
