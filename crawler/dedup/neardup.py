@@ -38,11 +38,6 @@ SCRIPTS = {name: _STEPS + f"return {main}()\n" for name, main in
            (("neardup", "all_main"), ("neardup_lookup", "lookup_main"), ("neardup_decide", "decide_main"),
             ("neardup_add", "add_main"))}
 _ALL, _LOOKUP, _DECIDE, _ADD = SCRIPTS.values()
-# Candidates of a page a band hands on at most (the earliest): near-duplicates of one original
-# are not all worth a record lookup.
-MAX_CANDIDATES = 32
-
-
 Split = tuple[str, int, int, list[tuple[int, int]]]  # (url, hi, lo, (bucket, low bits) per band)
 
 _DEFAULT_BUDGET: int = Settings.__dataclass_fields__["near_duplicate_budget"].default  # type: ignore[assignment]
@@ -66,9 +61,11 @@ class NearDuplicates:
     def layout(self, job: str) -> str | None:
         """The job's layout (``bloom.layout``: None for an index under the job's tag); asked once
         per job."""
-        if job not in self._layouts:
-            self._layouts.put(job, layout(self.redis, job))
-        return self._layouts.get(job)
+        if job in self._layouts:
+            return self._layouts.get(job)
+        got = layout(self.redis, job)
+        self._layouts.put(job, got)
+        return got
 
     def legacy(self, job: str) -> bool:
         """Whether the job's index stays under the job's tag (``bloom.legacy_layout``)."""
@@ -86,7 +83,7 @@ class NearDuplicates:
         n = max_distance + 1
         found = self.layout(job)
         legacy = found is None
-        apart = found is not None and found >= keys.BANDS_APART
+        apart = found is not None and int(found) >= int(keys.BANDS_APART)
         records = keys.neardup_prefix(job, legacy)
         head: list[str | int] = [max_distance, n, keys.SIMHASH_PAGES_PER_KEY, budget]
         counter = [keys.simhash_seq(job, legacy), keys.simhash_mark(job, legacy)]
@@ -126,8 +123,10 @@ class NearDuplicates:
         """Decide each page from its candidates, then add the originals to every band."""
         args: list[str | int] = [*head, records]
         for (url, hi, lo, _), found in zip(split, candidates, strict=True):
-            earliest = sorted(found)[:MAX_CANDIDATES]
-            args += [hi, lo, url, len(earliest), *earliest]
+            # All of them: which is the answer (not the page's own URL, within the window) only
+            # the records say. Only originals are indexed, so they are few but for a URL met
+            # again and again.
+            args += [hi, lo, url, len(found), *sorted(found)]
         bests, numbers = self._decide(keys=counter, args=args)
         originals = [(int(number), page) for number, page in zip(numbers, split, strict=True) if int(number)]
         if originals:

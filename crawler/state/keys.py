@@ -324,8 +324,9 @@ SIMHASH_PAGES_PER_KEY = 128  # pages per list of the index's page records
 
 
 def simhash_band(job: str, band: int | str, bucket: int | str) -> str:
-    """Band ``band`` of an unbounded near-duplicate index, for band values ``bucket <<
-    SIMHASH_BUCKET_BITS`` on: a hash of band value's low bits -> the pages having it."""
+    """Band ``band`` of an unbounded near-duplicate index of today's layout (under the band's own
+    tag), for band values ``bucket << SIMHASH_BUCKET_BITS`` on: a hash of band value's low bits
+    -> the pages having it."""
     return neardup_band_prefix(job, band) + f"{SIMHASH_BAND}{band}:{bucket}"
 
 

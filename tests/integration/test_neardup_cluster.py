@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from crawler.dedup.neardup import NearDuplicates
 from crawler.local.redis_cluster import RedisCluster
@@ -138,3 +139,95 @@ def test_a_job_of_the_layout_before_keeps_its_bands_under_one_tag(cluster: Redis
     assert any(k.startswith(old + "sh:g0:0:") for k in found)
     assert nd.reset("nd-two") == len(found)
 
+
+
+@pytest.mark.parametrize("where", ["one redis", "cluster"])
+def test_a_batch_of_more_originals_than_a_generation_answers_as_a_scan(
+        cluster: RedisCluster, r: redis.Redis, where: str) -> None:
+    # A batch's own earlier originals count only while in the window, as indexed pages do (the
+    # rebuild of a job sends 2,000 pages a batch).
+    client = connect(cluster.url) if where == "cluster" else r
+    nd = NearDuplicates(client)
+    rnd = random.Random(21)
+    pages: list[tuple[str, int]] = []
+    for i in range(400):
+        h = rnd.getrandbits(64) if i < 20 or rnd.random() < 0.5 else _variant(rnd, rnd.choice(pages[-40:])[1], 1)
+        pages.append((f"http://127.0.2.1/p{i}", h))
+    got: list[str | None] = []
+    for k in range(0, len(pages), 100):
+        got += nd.find_or_add("nd-big-batch", pages[k:k + 100], 3, budget=30)
+    assert got == bounded_reference(pages, 3, 30)
+
+
+def _held_back(nd: NearDuplicates) -> list[tuple[list[str], list[str | int]]]:
+    """Keep ``nd``'s adds to the bands from running, as a caller held up between deciding and
+    adding would; returns them, to be run later."""
+    held: list[tuple[list[str], list[str | int]]] = []
+    nd._add = lambda keys, args: held.append((keys, args))  # type: ignore[assignment,method-assign,misc]
+    return held
+
+
+def test_an_add_held_up_past_its_generation_or_a_reset_neither_leaks_nor_misleads(cluster: RedisCluster) -> None:
+    client = connect(cluster.url)
+    rnd = random.Random(5)
+    slow, fast = NearDuplicates(client), NearDuplicates(client)
+    held = _held_back(slow)
+    x = rnd.getrandbits(64)
+    assert slow.find_or_add("nd-late", [("http://127.0.2.1/x", x)], 3, budget=30) == [None]
+    for k in range(0, 60, 5):  # six generations of 10 numbers go by
+        fast.find_or_add("nd-late", [(f"http://127.0.2.2/{i}", rnd.getrandbits(64)) for i in range(k, k + 5)], 3,
+                         budget=30)
+    for keys_, args in held:
+        NearDuplicates(client)._add(keys=keys_, args=args)
+    for k in range(60, 300, 5):
+        fast.find_or_add("nd-late", [(f"http://127.0.2.2/{i}", rnd.getrandbits(64)) for i in range(k, k + 5)], 3,
+                         budget=30)
+    records, band_entries = _held(client, "nd-late")
+    assert records <= 30 and band_entries <= 30, (records, band_entries)
+    assert not [k for k in client.scan_iter("c:{nd-late~nd*}:sh:g0:*", count=1000)]
+    # Held up past a reset (a periodic job's new cycle): its entry names a number another page
+    # has since, which a near copy of it must not be taken for.
+    fast.reset("nd-late")
+    held.clear()
+    assert slow.find_or_add("nd-late", [("http://127.0.2.1/x", x)], 3, budget=30) == [None]
+    fast.reset("nd-late")
+    assert fast.find_or_add("nd-late", [("http://127.0.2.3/y", rnd.getrandbits(64))], 3, budget=30) == [None]
+    for keys_, args in held:
+        NearDuplicates(client)._add(keys=keys_, args=args)
+    assert fast.find_or_add("nd-late", [("http://127.0.2.1/z", x ^ 1)], 3, budget=30) == [None]
+
+
+def test_a_url_indexed_again_and_again_does_not_hide_the_original(cluster: RedisCluster) -> None:
+    # A page is not its own duplicate, so each time one URL is stored it is indexed again: its
+    # copies are candidates of a later page of that URL that only the records can set aside.
+    nd = NearDuplicates(connect(cluster.url))
+    h = 0x0123456789ABCDEF
+    for _ in range(40):
+        assert nd.find_or_add("nd-again", [("http://127.0.2.1/u", h)], 3, budget=0) == [None]
+    assert nd.find_or_add("nd-again", [("http://127.0.2.1/o", h ^ 0xF)], 3, budget=0) == [None]  # 4 bits off
+    assert nd.find_or_add("nd-again", [("http://127.0.2.1/u", h ^ 0x3)], 3, budget=0) == ["http://127.0.2.1/o"]
+
+
+def test_batches_from_many_callers_keep_the_index_within_its_budget(cluster: RedisCluster) -> None:
+    # A band's adds come out of order, by as many numbers as callers hold at once: what they
+    # skip past is forgotten all the same.
+    rnd = random.Random(17)
+    batches = [[(f"http://127.0.2.4/{k}-{i}", rnd.getrandbits(64)) for i in range(20)] for k in range(90)]
+    errors: list[BaseException] = []
+
+    def run(mine: list[list[tuple[str, int]]]) -> None:
+        nd = NearDuplicates(connect(cluster.url))
+        try:
+            for batch in mine:
+                nd.find_or_add("nd-many", batch, 3, budget=30)
+        except BaseException as exc:  # reported below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(batches[t::6],)) for t in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    records, band_entries = _held(connect(cluster.url), "nd-many")
+    assert records <= 30 and band_entries <= 30, (records, band_entries)

@@ -24,7 +24,12 @@
 --
 -- Only originals are numbered, after every band was looked up, so they are added to the bands
 -- last. Of a batch, each page is compared with the originals before it in the batch as well
--- (``decide``), so a batch answers as pages taken one by one would, on one Redis or several.
+-- (``decide``, within the same window), so a batch answers as pages taken one by one would, on
+-- one Redis or several.
+--
+-- Left as it is, rare: on a cluster an add held up past a reset of the index (a periodic job's
+-- new cycle) sets its band's mark back to its old number, so that band forgets nothing until the
+-- new numbers pass it.
 local maxd, nb, per, budget = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local G, K = 0, 1
 if budget > 0 then
@@ -100,27 +105,36 @@ local function add(PB, b, n, hi, lo, bucket, low, width, was)
   redis.call('HSET', key, field, was .. (width == 12 and be4(n) .. be4(hi) .. be4(lo) or be4(n)))
 end
 
--- What page n forgets of band b: its slice of the band's keys of the generation two before its own.
-local function forget_slice(PB, b, n)
-  local g, o = gen_of(n) - 2, (n - 1) % G
-  if g < 0 then return end
-  for k = math.floor(o * K / G), math.floor((o + 1) * K / G) - 1 do
-    redis.call('UNLINK', PB .. 'sh:g' .. g .. ':' .. b .. ':' .. k)
+-- What the numbers a..z forget of band b: each its slice of the band's keys of the generation two
+-- before its own, worked out a generation at a time (a range may be long: see ``unforgotten``).
+local function forget_slices(PB, b, a, z)
+  if z < a then return end
+  for g = gen_of(a), gen_of(z) do
+    if g >= 2 then
+      local oa = g == gen_of(a) and (a - 1) % G or 0
+      local oz = g == gen_of(z) and (z - 1) % G or G - 1
+      for k = math.floor(oa * K / G), math.floor((oz + 1) * K / G) - 1 do
+        redis.call('UNLINK', PB .. 'sh:g' .. (g - 2) .. ':' .. b .. ':' .. k)
+      end
+    end
   end
 end
 
--- What page n forgets of the records: when it starts a record list, the one wholly older than
--- two generations.
-local function forget_records(PR, n)
-  if (n - 1) % per == 0 then
-    local old = math.floor((n - 1) / per) - math.ceil(2 * G / per) - 1
-    if old >= 0 then redis.call('UNLINK', PR .. 'sh:d:' .. old) end
+-- What the numbers a..z forget of the records: each that starts a record list, the one wholly
+-- older than two generations.
+local function forget_records(PR, a, z)
+  if z < a then return end
+  local back = math.ceil(2 * G / per) + 1
+  for list = math.ceil((a - 1) / per), math.floor((z - 1) / per) do
+    if list - back >= 0 then redis.call('UNLINK', PR .. 'sh:d:' .. (list - back)) end
   end
 end
 
--- The numbers since ``forgot`` whose share is to forget, up to ``n``: numbers skipped since (by a
--- call that died after numbering) forget theirs too, but never more than three generations'.
-local function unforgotten(forgot, n) return math.max(forgot + 1, n - 3 * G), n end
+-- The numbers since ``forgot`` whose share is to forget, up to ``n``: numbers skipped since forget
+-- theirs too (a call that died after numbering; on a cluster, a band's adds coming out of order,
+-- by as many numbers as callers hold at once), but not past three generations and 10,000 numbers,
+-- so a counter moved by hand cannot make one call work for ever.
+local function unforgotten(forgot, n) return math.max(forgot + 1, n - 3 * G - 10000), n end
 
 -- The index's counter and the number whose share was forgotten last (none yet on an index
 -- numbered before it had a budget: it starts from there rather than walk every number given).
@@ -141,7 +155,7 @@ local function save(kseq, kforgot, st)
 end
 
 -- The page (hi, lo, url) given the numbers of its candidates (``cands``, a set) and the originals
--- of its batch before it (``mine``, a list of {hi, lo, url}): the earliest indexed page within
+-- of its batch before it (``mine``, a list of {hi, lo, url, number}): the earliest indexed page within
 -- the distance in the current window that is not itself, or ''; if none, it is numbered (in
 -- ``st``) and recorded. Returns the URL it nearly duplicates and, for an original, its number.
 local function decide(PR, st, hi, lo, hs, ls, url, cands, mine)
@@ -151,12 +165,14 @@ local function decide(PR, st, hi, lo, hs, ls, url, cands, mine)
   local oldest = G > 0 and gen_of(st.current + 1) - 1 or 0
   for _, n in ipairs(ns) do
     if gen_of(n) >= oldest and n <= st.current then
-      local _, _, murl = record(PR, n)
-      if murl and murl ~= url then return murl, nil end
+      -- The record's own hash, checked again: a band's entry may outlive its page (an add that
+      -- came after a reset) and name a number another page has since.
+      local mhi, mlo, murl = record(PR, n)
+      if murl and murl ~= url and near(hi, lo, tonumber(mhi), tonumber(mlo)) then return murl, nil end
     end
   end
   for _, m in ipairs(mine) do
-    if m[3] ~= url and near(hi, lo, m[1], m[2]) then return m[3], nil end
+    if gen_of(m[4]) >= oldest and m[3] ~= url and near(hi, lo, m[1], m[2]) then return m[3], nil end
   end
   st.current = st.current + 1
   local n = st.current
@@ -175,7 +191,7 @@ local function decide(PR, st, hi, lo, hs, ls, url, cands, mine)
       redis.call('RPUSH', rk, rec)
     end
   end
-  mine[#mine + 1] = {hi, lo, url}
+  mine[#mine + 1] = {hi, lo, url, n}
   return '', n
 end
 
@@ -197,11 +213,11 @@ local function all_main()
     end
     local best, n = decide(PR, st, hi, lo, ARGV[i], ARGV[i + 1], url, cands, mine)
     if n then
-      local from, to = 0, -1
-      if G > 0 then from, to = unforgotten(st.forgot, n); st.forgot = n end
-      for s = from, to do
-        forget_records(PR, s)
-        for b = 0, nb - 1 do forget_slice(PB[b], b, s) end
+      if G > 0 then
+        local from, to = unforgotten(st.forgot, n)
+        st.forgot = n
+        forget_records(PR, from, to)
+        for b = 0, nb - 1 do forget_slices(PB[b], b, from, to) end
       end
       local last = gens[#gens]
       for b = 0, nb - 1 do
@@ -246,8 +262,7 @@ local function decide_main()
     for j = 1, c do cands[tonumber(ARGV[i + 3 + j])] = true end
     local best, n = decide(PR, st, hi, lo, ARGV[i], ARGV[i + 1], url, cands, mine)
     if n and G > 0 then
-      local from, to = unforgotten(st.forgot, n)
-      for s = from, to do forget_records(PR, s) end
+      forget_records(PR, unforgotten(st.forgot, n))
       st.forgot = n
     end
     out[#out + 1] = best
@@ -266,15 +281,20 @@ local function add_main()
   local forgot
   for i = 7, #ARGV, 5 do
     local n = tonumber(ARGV[i])
+    local late = false
     if G > 0 then
       forgot = forgot or tonumber(redis.call('GET', KEYS[1]) or (n - 1))
       if n > forgot then
-        local from, to = unforgotten(forgot, n)
-        for s = from, to do forget_slice(PB, b, s) end
+        forget_slices(PB, b, unforgotten(forgot, n))
         forgot = n
       end
+      -- An add that comes after its generation was (being) forgotten here, its caller slow:
+      -- outside every window, and its keys would never be deleted again.
+      late = gen_of(n) < gen_of(forgot) - 1
     end
-    add(PB, b, n, tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), ARGV[i + 3], ARGV[i + 4], 12, nil)
+    if not late then
+      add(PB, b, n, tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), ARGV[i + 3], ARGV[i + 4], 12, nil)
+    end
   end
   if forgot then redis.call('SET', KEYS[1], forgot) end
   return #ARGV
