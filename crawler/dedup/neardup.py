@@ -20,8 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
 
 from redis import Redis
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from crawler.config.settings import Settings
 from crawler.dedup.bloom import layout
@@ -108,13 +111,15 @@ class NearDuplicates:
               n: int) -> list[set[int]]:
         """Per page, the numbers of the indexed pages within the distance in any band."""
         next_number = int(self.redis.get(counter[0]) or 0) + 1
-        candidates: list[set[int]] = [set() for _ in split]
+        calls = []
         for b in range(n):
             args: list[str | int] = [*head, keys.neardup_band_prefix(job, b), b, next_number]
             for _, hi, lo, parts in split:
                 args += [hi, lo, *parts[b]]
-            for found, got in zip(candidates, self._lookup(keys=[keys.neardup_band_mark(job, b)], args=args),
-                                  strict=True):
+            calls.append(([keys.neardup_band_mark(job, b)], args))
+        candidates: list[set[int]] = [set() for _ in split]
+        for band in self._at_once(self._lookup, calls):
+            for found, got in zip(candidates, band, strict=True):
                 found.update(int(x) for x in got)
         return candidates
 
@@ -130,12 +135,32 @@ class NearDuplicates:
         bests, numbers = self._decide(keys=counter, args=args)
         originals = [(int(number), page) for number, page in zip(numbers, split, strict=True) if int(number)]
         if originals:
-            for b in range(n):
-                args = [*head, keys.neardup_band_prefix(job, b), b]
-                for number, (_, hi, lo, parts) in originals:
-                    args += [number, hi, lo, *parts[b]]
-                self._add(keys=[keys.neardup_band_mark(job, b)], args=args)
+            self._add_to_bands(job, head, originals, n)
         return [text(r) or None for r in bests]
+
+    def _add_to_bands(self, job: str, head: list[str | int], originals: list[tuple[int, Split]], n: int) -> None:
+        calls = []
+        for b in range(n):
+            args: list[str | int] = [*head, keys.neardup_band_prefix(job, b), b]
+            for number, (_, hi, lo, parts) in originals:
+                args += [number, hi, lo, *parts[b]]
+            calls.append(([keys.neardup_band_mark(job, b)], args))
+        self._at_once(self._add, calls)
+
+    def _at_once(self, script: Script, calls: list[tuple[list[str], list[str | int]]]) -> list[Any]:
+        """``script`` run for each (keys, args), the calls to each master in one round trip (a
+        cluster's pipeline); one that finds the script not loaded (a master restarted or new)
+        is run again on its own, which loads it."""
+        pipe = self.redis.pipeline(transaction=False)
+        for k, a in calls:
+            pipe.execute_command("EVALSHA", script.sha, len(k), *k, *a)
+        got = pipe.execute(raise_on_error=False)
+        for i, (reply, (k, a)) in enumerate(zip(got, calls, strict=True)):
+            if isinstance(reply, NoScriptError):
+                got[i] = script(keys=k, args=a)
+            elif isinstance(reply, Exception):
+                raise reply
+        return cast(list[Any], got)
 
     def budget(self, job: str) -> int:
         """The job's index budget, from its settings as this process caches them."""

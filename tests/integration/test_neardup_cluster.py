@@ -9,6 +9,7 @@ import random
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -159,11 +160,11 @@ def test_a_batch_of_more_originals_than_a_generation_answers_as_a_scan(
     assert got == bounded_reference(pages, 3, 30)
 
 
-def _held_back(nd: NearDuplicates) -> list[tuple[list[str], list[str | int]]]:
+def _held_back(nd: NearDuplicates) -> list[tuple[Any, ...]]:
     """Keep ``nd``'s adds to the bands from running, as a caller held up between deciding and
-    adding would; returns them, to be run later."""
-    held: list[tuple[list[str], list[str | int]]] = []
-    nd._add = lambda keys, args: held.append((keys, args))  # type: ignore[assignment,method-assign,misc]
+    adding would; returns them, to be run later (``_add_to_bands``)."""
+    held: list[tuple[Any, ...]] = []
+    nd._add_to_bands = lambda *args: held.append(args)  # type: ignore[method-assign]
     return held
 
 
@@ -177,8 +178,8 @@ def test_an_add_held_up_past_its_generation_or_a_reset_neither_leaks_nor_mislead
     for k in range(0, 60, 5):  # six generations of 10 numbers go by
         fast.find_or_add("nd-late", [(f"http://127.0.2.2/{i}", rnd.getrandbits(64)) for i in range(k, k + 5)], 3,
                          budget=30)
-    for keys_, args in held:
-        NearDuplicates(client)._add(keys=keys_, args=args)
+    for args in held:
+        NearDuplicates(client)._add_to_bands(*args)
     for k in range(60, 300, 5):
         fast.find_or_add("nd-late", [(f"http://127.0.2.2/{i}", rnd.getrandbits(64)) for i in range(k, k + 5)], 3,
                          budget=30)
@@ -192,8 +193,8 @@ def test_an_add_held_up_past_its_generation_or_a_reset_neither_leaks_nor_mislead
     assert slow.find_or_add("nd-late", [("http://127.0.2.1/x", x)], 3, budget=30) == [None]
     fast.reset("nd-late")
     assert fast.find_or_add("nd-late", [("http://127.0.2.3/y", rnd.getrandbits(64))], 3, budget=30) == [None]
-    for keys_, args in held:
-        NearDuplicates(client)._add(keys=keys_, args=args)
+    for args in held:
+        NearDuplicates(client)._add_to_bands(*args)
     assert fast.find_or_add("nd-late", [("http://127.0.2.1/z", x ^ 1)], 3, budget=30) == [None]
 
 
@@ -231,3 +232,20 @@ def test_batches_from_many_callers_keep_the_index_within_its_budget(cluster: Red
     assert not errors
     records, band_entries = _held(connect(cluster.url), "nd-many")
     assert records <= 30 and band_entries <= 30, (records, band_entries)
+
+
+def test_a_master_that_lost_its_scripts_gets_them_again(cluster: RedisCluster) -> None:
+    # A master restarted or newly promoted has none of them: the calls sent together that find
+    # one missing are run again on their own, which loads it.
+    nd = NearDuplicates(connect(cluster.url))
+    h = 0x0123456789ABCDEF
+    assert nd.find_or_add("nd-noscript", [("http://127.0.2.1/a", h)], 3, budget=300) == [None]
+    nodes = cluster.node_clients()
+    try:
+        for c in nodes.values():
+            c.script_flush()
+    finally:
+        for c in nodes.values():
+            c.close()
+    assert nd.find_or_add("nd-noscript", [("http://127.0.2.1/b", h ^ 1)], 3, budget=300) == ["http://127.0.2.1/a"]
+    assert nd.find_or_add("nd-noscript", [("http://127.0.2.1/c", h ^ 3)], 3, budget=300) == ["http://127.0.2.1/a"]
