@@ -30,7 +30,7 @@ from crawler.local.redis_server import RedisServer
 from crawler.local.signals import StopRequested, StopSignals
 from crawler.render.browser import chromium_path
 from crawler.spiders.loader import PATHS_ENV, prepare_local
-from crawler.state.conn import check_version, connect, is_cluster
+from crawler.state.conn import OUTAGE_GRACE, check_version, connect, is_cluster, through_outage
 from crawler.store import open_store
 from crawler.store.export import write_feed
 from crawler.store.place import StoreNotAllowed, place_dir, place_store
@@ -193,9 +193,12 @@ def crawl(settings: Settings, seeds: list[str], out_dir: str, progress: Progress
                 render = [[RENDER_QUEUE]] if settings.render != "never" else []
                 workers = WorkerProcesses([all_queues(settings.shards)] * settings.workers + render, env,
                                           str(out / "logs"))
+            # A private Redis does not come back; an external one may be failing over.
+            grace = 0 if server is not None else OUTAGE_GRACE
             while True:
                 signals.check()
-                st = jobs.status(client, job_id)
+                st = through_outage(lambda: jobs.status(client, job_id), grace,
+                                    lambda line: print(f"crawler: {line}", file=sys.stderr))
                 if progress:
                     progress(st, time.monotonic() - started)
                 if st["status"] in jobs.FINISHED:

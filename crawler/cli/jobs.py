@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 import time
+from functools import partial
 
 from crawler import control
 from crawler.cli.common import Subparsers, command, count_flag, redis_client, requester, summary
@@ -18,24 +19,32 @@ from crawler.errors import ConfigError
 def cmd_status(args: argparse.Namespace) -> int:
     if not 0 <= args.timeout < float("inf"):  # a NaN deadline would never pass
         raise ConfigError(f"--timeout must be a finite number of seconds >= 0, got {args.timeout!r}")
-    client = redis_client(args.redis_url)
     deadline = time.monotonic() + args.timeout if args.timeout else None
     told = False
+    # A wait is a barrier (a script's): it waits out a master's failover as the workers do.
+    grace = control.OUTAGE_GRACE if args.wait else 0
+
+    def say(line: str) -> None:
+        print(f"crawler status: {line}", file=sys.stderr)
+
+    client = control.through_outage(lambda: redis_client(args.redis_url), grace, say)
+
     while True:
         # The hosts table is built once, for the answer, not on every poll of --wait.
-        st = control.status(client, args.job, with_hosts=args.hosts and not args.wait)
+        st = control.through_outage(lambda: control.status(client, args.job, with_hosts=args.hosts and not args.wait),
+                            grace, say)
         if not args.wait or st["status"] in (*control.FINISHED, control.WAITING):
             break
         if not told:  # a wait that may never end says why once, at its start
             told = True
-            for line in control.worker_lines(client, st):
+            for line in control.through_outage(partial(control.worker_lines, client, st), grace, say):
                 print(f"crawler status: {line}", file=sys.stderr)
         if deadline and time.monotonic() > deadline:
             print(f"crawler status: job {args.job} still {st['status']} after {args.timeout}s", file=sys.stderr)
             return 2
         time.sleep(0.5)
     if args.hosts and args.wait:
-        st = control.status(client, args.job, with_hosts=True)
+        st = control.through_outage(lambda: control.status(client, args.job, with_hosts=True), grace, say)
     if args.json:
         print(json.dumps(st, indent=2))
         return 0

@@ -38,7 +38,11 @@ from crawler.render.decide import decisions as render_decisions
 from crawler.render.decide import evidence as render_evidence
 from crawler.spiders.loader import prepare
 from crawler.state import joblog, keys, nodes
+
+# What the command line's polls use to wait out a failover.
+from crawler.state.conn import OUTAGE_GRACE as OUTAGE_GRACE
 from crawler.state.conn import check_version, connect
+from crawler.state.conn import through_outage as through_outage
 from crawler.store import PageStore, open_store
 from crawler.store.place import default_warc_dir, sqlite_path
 

@@ -20,7 +20,7 @@ from redis import Redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.client import Pipeline
 from redis.cluster import ClusterNode, ClusterPipeline, RedisCluster
-from redis.exceptions import AskError, MovedError
+from redis.exceptions import AskError, ClusterDownError, MovedError, RedisClusterException, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
@@ -215,6 +215,33 @@ def replicated_write(client: Redis, key: str, fill: Callable[[Any], None]) -> li
     if int(out[-1]) < 1:
         _no_replica_until[node.name] = time.monotonic() + NO_REPLICA_PAUSE
     return out[:-1]
+
+
+# Seconds a poll waits out Redis gone away (a master's loss until its replica is promoted: a
+# cluster's node timeout twice, or Sentinel's down-after-milliseconds and an election).
+OUTAGE_GRACE = 60.0
+# What Redis raises meanwhile (a cluster client that cannot reach a master, after its own retries,
+# raises RedisClusterException).
+OUTAGE = (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError, RedisClusterException)
+
+
+def through_outage(call: Callable[[], Any], grace: float, say: Callable[[str], None]) -> Any:
+    """``call()``, tried again for up to ``grace`` seconds while Redis cannot be reached or a
+    cluster is between a master's loss and its replica's promotion; ``say`` is told once, when
+    the wait starts. Past the grace, or with no grace, the error goes to the caller."""
+    until = None
+    while True:
+        try:
+            return call()
+        except OUTAGE as exc:
+            now = time.monotonic()
+            if until is None:
+                until = now + grace
+                if grace > 0:
+                    say(f"Redis unavailable ({exc}); trying again for up to {grace:.0f}s")
+            if now >= until:
+                raise
+            time.sleep(min(1.0, until - now))
 
 
 def mget(client: Redis, names: list[str]) -> list[Any]:

@@ -127,11 +127,18 @@ def test_the_master_of_the_jobs_slot_killed_mid_crawl_is_replaced_and_nothing_is
             time.sleep(0.05)
         home = cluster.master_for_key(keys.meta(job_id))
         replica = next(p for p in cluster.live_ports() if cluster.replica_of(p) == home)
+        # An operator's `status --wait` (a script's barrier) waits the failover out as well.
+        waiting = subprocess.Popen([sys.executable, "-m", "crawler", "status", job_id, "--wait", "--timeout", "170"],
+                                   env={**os.environ, "CRAWLER_REDIS_URL": cluster.url,
+                                        "CRAWLER_BROKER_URL": broker.url},
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         cluster.kill(home)  # no shutdown, no last word to the replica
         cluster.wait_failover(home)
         assert cluster.master_for_key(keys.meta(job_id)) == replica
         st = wait_done(client, job_id, timeout=180)
         assert st["status"] == "done", st
+        out, err = waiting.communicate(timeout=30)
+        assert waiting.returncode == 0 and f"job {job_id}: done" in out, (out, err)
         rows = _rows(store_url, job_id)
         assert len(rows) == len(set(rows)), "duplicate rows"
         assert set(rows) == want, f"{len(want - set(rows))} pages missing"
@@ -139,6 +146,39 @@ def test_the_master_of_the_jobs_slot_killed_mid_crawl_is_replaced_and_nothing_is
         w.stop()
 
 
+
+
+@pytest.mark.chaos
+def test_an_embedded_crawl_on_a_cluster_waits_out_the_loss_of_its_jobs_master(
+        cluster: RedisCluster, broker: RedisServer, make_web, tmp_path: Path) -> None:
+    # `crawler crawl` against a cluster: its workers wait out a failover, and so must the loop
+    # that watches the job for them (before, its first failed poll stopped everything).
+    web: TestWeb = make_web(2, 150)
+    want = web.reachable_urls()
+    out = tmp_path / "out"
+    env = {**os.environ, "CRAWLER_REDIS_URL": cluster.url, "CRAWLER_BROKER_URL": broker.url,
+           **FAST_RECOVERY}
+    crawl = subprocess.Popen([sys.executable, "-m", "crawler", "crawl", *web.seeds(), "--out", str(out), "--delay",
+                              "0.05", *(a for ip in web.ips for a in ("--allow-net", f"{ip}/32"))],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        client = connect(cluster.url)
+        deadline = time.monotonic() + 60
+        while not (active := jobs.active(client)) or len(_rows(f"sqlite:///{out / 'crawl.db'}", active[0])) < 50:
+            assert time.monotonic() < deadline and crawl.poll() is None, crawl.stderr.read() if crawl.stderr else ""
+            time.sleep(0.1)
+        job_id = active[0]
+        home = cluster.master_for_key(keys.meta(job_id))
+        cluster.kill(home)
+        cluster.wait_failover(home)
+        _, err = crawl.communicate(timeout=180)
+    finally:
+        if crawl.poll() is None:
+            crawl.kill()
+    assert crawl.returncode == 0, err[-2000:]
+    assert "Redis unavailable" in err  # it said why it sat still
+    rows = _rows(f"sqlite:///{out / 'crawl.db'}", job_id)
+    assert len(rows) == len(set(rows)) and set(rows) == want, f"{len(want - set(rows))} pages missing"
 
 
 def test_a_replicated_write_waits_for_a_replica_but_not_on_a_master_without_one(cluster: RedisCluster,
