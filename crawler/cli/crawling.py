@@ -16,6 +16,7 @@ from crawler.config.redact import redact
 from crawler.config.schedule import parse_duration
 from crawler.config.settings import Settings
 from crawler.embedded import crawl
+from crawler.errors import Reason
 from crawler.local.signals import exit_status
 from crawler.spiders.run import CAP_BYTES, CAP_COUNT
 from crawler.testweb import TestWeb, WebModel
@@ -83,6 +84,12 @@ def cmd_crawl(args: argparse.Namespace) -> int:
             print(f"crawler crawl: {redact(outcome.status['error'])}", file=sys.stderr)
             code = code or 1
         print(f"output: {out / 'crawl.db'} (SQLite), {out / 'warc'} (WARC)")
+        blocked = int(outcome.status.get("counters", {}).get(f"error:{Reason.BLOCKED_NETWORK}", 0))
+        if blocked:
+            # Loopback and private addresses are refused unless allowed: a crawl of one's own
+            # test site would otherwise end with "1 errors" and nothing to say why.
+            print(f"crawler crawl: {blocked} fetches refused as private or loopback addresses; "
+                  "--allow-net CIDR allows a network", file=sys.stderr)
         if outcome.spider:
             print(f"items: {outcome.items} in {out / 'items.jsonl'}{capped(outcome.status, settings)}")
         if outcome.interrupted:

@@ -323,3 +323,15 @@ def test_stop_status_json_and_csv_export(r: redis.Redis, tmp_path: Path) -> None
     (row,) = list(csv.DictReader(io.StringIO(out.stdout)))
     assert row["title"] == "Ti,tle" and json.loads(row["outlinks"]) == ["a"]
     assert cli("stop", "no-such-job").returncode == 2
+
+
+def test_a_crawl_of_a_loopback_site_without_allow_net_says_how_to_allow_it(
+        make_web: Callable[..., TestWeb], tmp_path: Path) -> None:
+    # A first crawl of one's own test site: the seed is refused by the network guard, and the
+    # run must say so and how, not end with "1 errors" and nothing else.
+    web = make_web(1, 3)
+    env = {k: v for k, v in no_private_redis_env().items() if k != "CRAWLER_ALLOW_NETWORKS"}
+    res = cli("crawl", *web.seeds(), "--out", str(tmp_path / "o"), "-q", env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "1 fetches refused as private or loopback addresses; --allow-net CIDR allows a network" in res.stderr
+    assert not web.hits()
