@@ -31,8 +31,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     while True:
         # The hosts table is built once, for the answer, not on every poll of --wait.
-        st = control.through_outage(lambda: control.status(client, args.job, with_hosts=args.hosts and not args.wait),
-                            grace, say)
+        st = control.through_outage(
+            lambda: control.status(client, args.job, with_hosts=args.hosts and not args.wait), grace, say)
         if not args.wait or st["status"] in (*control.FINISHED, control.WAITING):
             break
         if not told:  # a wait that may never end says why once, at its start

@@ -11,7 +11,7 @@ from redis import Redis
 from crawler.config.settings import Settings
 from crawler.dedup.bloom import BloomSeen
 from crawler.dedup.cache import SeenCache
-from crawler.dedup.seenset import SeenSet, seen_set
+from crawler.dedup.seenset import SeenSet, plus_counts, seen_set
 from crawler.frontier import Entry, Frontier
 from crawler.frontier.core import Admitted
 
@@ -65,7 +65,7 @@ def _admit(frontier: Frontier, job_id: str, entries: Sequence[Entry], token: str
         fresh = [e for e in entries if not cache.seen(f"{space} {e.url}")]
         hits = len(entries) - len(fresh)
         entries = fresh
-    mine = {**(counts or {}), "duplicates": hits, "cache_hits": hits} if cache is not None else counts
+    mine = plus_counts(counts, duplicates=hits, cache_hits=hits) if cache is not None else counts
     admission = seen.admit(entries, token=token, part=part, last=last, counts=mine)
     if admission.ignored:
         return Admitted(), hits

@@ -32,7 +32,7 @@ from crawler.dedup.simhash import bands
 from crawler.errors import JobNotFound
 from crawler.lru import LRU
 from crawler.state import jobconf, keys
-from crawler.state.conn import is_cluster_client, text
+from crawler.state.conn import is_cluster_client, queue_script, text
 
 # Its steps and what each takes and returns: scripts/neardup.lua.
 _STEPS = (Path(__file__).resolve().parent / "scripts" / "neardup.lua").read_text()
@@ -153,8 +153,7 @@ class NearDuplicates:
         is run again on its own, which loads it."""
         pipe = self.redis.pipeline(transaction=False)
         for k, a in calls:
-            # Not ``pipe.evalsha``, which a cluster's pipeline refuses.
-            pipe.execute_command("EVALSHA", script.sha, len(k), *k, *a)  # type: ignore[no-untyped-call]  # untyped in redis-py
+            queue_script(pipe, script, k, a)
         got = pipe.execute(raise_on_error=False)
         for i, (reply, (k, a)) in enumerate(zip(got, calls, strict=True)):
             if isinstance(reply, NoScriptError):

@@ -17,7 +17,8 @@ from crawler.frontier import Entry, Frontier
 from crawler.frontier.core import Admitted
 
 
-def _plus(counts: Mapping[str, int] | None, **more: int) -> dict[str, int]:
+def plus_counts(counts: Mapping[str, int] | None, **more: int) -> dict[str, int]:
+    """``counts`` with ``more`` added to it (a counter in both is summed)."""
     out = dict(counts or {})
     for name, n in more.items():
         out[name] = out.get(name, 0) + n
@@ -123,7 +124,7 @@ class BloomSeenSet:
         queued = self.frontier.admit(self.job_id, [e for e in entries if e.url in new], s.shards, token=token,
                                      trusted=True, part=part, last=last, budget=s.max_pages, max_depth=s.max_depth,
                                      host_budget=s.max_pages_per_host, queue_cap=queue_cap(s),
-                                     counts=_plus(counts, duplicates=len(entries) - len(new)))
+                                     counts=plus_counts(counts, duplicates=len(entries) - len(new)))
         if last:
             # The batch is admitted: its token is no longer pending, so its memo has no reader.
             self.bloom.drop_memo(token)

@@ -23,7 +23,7 @@ from crawler.frontier import liveshards, lua
 from crawler.frontier.entry import Entry
 from crawler.frontier.sharding import shard_of_url
 from crawler.state import keys
-from crawler.state.conn import is_cluster_client, mget, replicated_write, text, unlink_all
+from crawler.state.conn import is_cluster_client, mget, queue_script, replicated_write, text, unlink_all
 from crawler.urls import host_key
 
 Lease = tuple[str, str]  # (url, token)
@@ -168,6 +168,22 @@ def _counts_args(counts: Mapping[str, int] | None) -> list[str | int]:
     (name, amount) pairs."""
     nonzero = [(k, v) for k, v in (counts or {}).items() if v]
     return [len(nonzero), *(x for kv in nonzero for x in kv)]
+
+
+def _by_body_hash(refs: Sequence[str]) -> tuple[dict[str, list[tuple[int, str]]], list[tuple[int, str]]]:
+    """Body references (``keys.body_ref``) by the task's hash they are in: {hash: [(position,
+    field)]}, and [(position, key)] for bodies under keys of their own; "" and "-" (no body) left out."""
+    grouped: dict[str, list[tuple[int, str]]] = {}
+    plain: list[tuple[int, str]] = []
+    for i, ref in enumerate(refs):
+        if ref in ("", "-"):
+            continue
+        split = keys.split_body_ref(ref)
+        if split is None:
+            plain.append((i, ref))
+        else:
+            grouped.setdefault(split[0], []).append((i, split[1]))
+    return grouped, plain
 
 
 def _flat(leases: Iterable[Lease]) -> list[str]:
@@ -370,10 +386,7 @@ class Frontier:
             return
         in_pipe = bool(done) and not self.cluster  # a cluster's pipeline takes no scripts
         if in_pipe:
-            # EVALSHA on the pipeline itself: given the Script, redis-py would first ask Redis
-            # whether it is loaded (SCRIPT EXISTS), a round trip more on every fetch task.
-            script_keys = lua.job_keys(job)
-            pipe.evalsha(self._fetched.sha, len(script_keys), *script_keys, keys.prefix(job), job, *args)
+            queue_script(pipe, self._fetched, lua.job_keys(job), [keys.prefix(job), job, *args])
         results = pipe.execute(raise_on_error=False)
         if in_pipe and isinstance(results[-1], NoScriptError):  # a Redis restarted or failed over
             results[-1] = self._call(self._fetched, job, *args)
@@ -653,16 +666,7 @@ class Frontier:
         """The bodies under ``refs`` (None for one that expired or that Redis lost, and for "" or
         "-"): one HMGET per task's hash, one MGET for keys of their own (from before hashes)."""
         out: list[bytes | None] = [None] * len(refs)
-        grouped: dict[str, list[tuple[int, str]]] = {}
-        plain: list[tuple[int, str]] = []
-        for i, ref in enumerate(refs):
-            if ref in ("", "-"):
-                continue
-            split = keys.split_body_ref(ref)
-            if split is None:
-                plain.append((i, ref))
-            else:
-                grouped.setdefault(split[0], []).append((i, split[1]))
+        grouped, plain = _by_body_hash(refs)
         if plain:
             # The client does not decode responses: values come back as bytes.
             for (i, _), value in zip(plain, mget(self.redis, [k for _, k in plain]), strict=True):
@@ -678,19 +682,12 @@ class Frontier:
 
     def drop_bodies(self, refs: Sequence[str], pipe: Any = None) -> None:
         """The pages are stored: their bodies go (a task's hash goes with its last field)."""
-        grouped: dict[str, list[str]] = {}
-        plain: list[str] = []
-        for ref in refs:
-            split = keys.split_body_ref(ref)
-            if split is None:
-                plain.append(ref)
-            else:
-                grouped.setdefault(split[0], []).append(split[1])
+        grouped, plain = _by_body_hash(refs)
         target = pipe or self.redis
         if plain:
-            unlink_all(target, plain)
-        for key, fields in grouped.items():
-            target.hdel(key, *fields)
+            unlink_all(target, [k for _, k in plain])
+        for key, items in grouped.items():
+            target.hdel(key, *(field for _, field in items))
 
     def claim_sitemaps(self, job: str, origin: str) -> bool:
         """True for the one caller that is to read the origin's sitemaps for the job."""

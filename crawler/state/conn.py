@@ -20,6 +20,7 @@ from redis import Redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.client import Pipeline
 from redis.cluster import ClusterNode, ClusterPipeline, RedisCluster
+from redis.commands.core import Script
 from redis.exceptions import AskError, ClusterDownError, MovedError, RedisClusterException, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -242,6 +243,14 @@ def through_outage(call: Callable[[], Any], grace: float, say: Callable[[str], N
             if now >= until:
                 raise
             time.sleep(min(1.0, until - now))
+
+
+def queue_script(pipe: Any, script: Script, script_keys: Sequence[str], args: Sequence[Any]) -> None:
+    """EVALSHA of ``script`` queued on a pipeline, one Redis's or a cluster's (which refuses
+    ``evalsha`` by name), without the SCRIPT EXISTS round trip redis-py makes when given the
+    Script. A reply that is a ``NoScriptError`` (a Redis restarted or failed over) is the
+    caller's to run again through the Script, which loads it."""
+    pipe.execute_command("EVALSHA", script.sha, len(script_keys), *script_keys, *args)
 
 
 def mget(client: Redis, names: list[str]) -> list[Any]:

@@ -10,12 +10,13 @@ from typing import Any
 from redis import Redis
 
 from crawler.config.redact import redact
+from crawler.lru import LRU
 from crawler.state import keys
 from crawler.state.conn import text
 
-# When this process last cleared each job's store error (``clear``), and the jobs whose error
-# it reported itself since.
-_cleared: dict[str, float] = {}
+# When this process last cleared each job's store error (``clear``; the jobs of late, not every
+# job a long-lived worker ever served), and the jobs whose error it reported itself since.
+_cleared: LRU[str, float] = LRU(1024)
 _reported: set[str] = set()
 CLEAR_EVERY = 1.0
 
@@ -41,10 +42,10 @@ def clear(redis: Redis | Any, job_id: str, now: float | None = None, force: bool
     error: wherever it runs, its success ends the record); else at most once a second per job,
     since the record is seldom there and a store of every batch would delete it."""
     now = time.time() if now is None else now
-    if not force and job_id not in _reported and now - _cleared.get(job_id, 0.0) < CLEAR_EVERY:
+    if not force and job_id not in _reported and now - (_cleared.get(job_id) or 0.0) < CLEAR_EVERY:
         return
     _reported.discard(job_id)
-    _cleared[job_id] = now
+    _cleared.put(job_id, now)
     redis.delete(keys.store_error(job_id))
 
 
