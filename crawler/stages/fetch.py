@@ -13,6 +13,7 @@ from crawler.fetch import FetchConfig
 from crawler.fetch.client import FetchResult, RequestSpec, runtime
 from crawler.fetch.robots import origin_of
 from crawler.frontier import Entry, Fetched
+from crawler.frontier.core import token_time
 from crawler.parse import is_html
 from crawler.render import decide
 from crawler.spiders.base import Spider
@@ -24,6 +25,7 @@ from crawler.stages.messages import FetchedPage, LinkGroup
 from crawler.stages.politeness import blocked_result
 from crawler.stages.retry_policy import RetryPolicy
 from crawler.stages.session import REFETCH_AFTER, open_session, spider_headers
+from crawler.stages.stragglers import fetch_reporting_early
 from crawler.state import keys, nodes
 from crawler.state.jobconf import Job
 from crawler.store import StoreUnavailable
@@ -89,67 +91,96 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
         validators[url] = [*validators.get(url, []), *extra]
     hops = session.hops if session is not None else None
     specs = [_request_spec(todo[i].spec, hook_counts) if todo[i].spec else None for i in go_at]
-    if any(specs):
-        got = rt.run(fetcher.fetch_many(go, config, check, validators, hops, requests=specs)) if go else []
-    else:
-        got = rt.run(fetcher.fetch_many(go, config, check, validators, hops)) if go else []
-    fetched = dict(zip(go_keys, got, strict=True))
-    results = [fetched.get(e.url) or blocked_result(u, blocked[u]) for e, u in zip(todo, urls, strict=True)]
-
-    now = time.time()
     archive = bool(s.warc and s.warc_dir)
     # A spider's hooks read the response headers (page.headers) even when no WARC is kept.
     with_headers = archive or bool(s.spider)
     retry = RetryPolicy.of(s)
-    pipe = ctx.redis.pipeline(transaction=False)
-    pages: list[FetchedPage] = []
-    done: list[Fetched] = []
-    nbytes = failed = not_modified = 0
+    settled = _Settled()
     host_errors: Counter[str] = Counter()
-    bodies: dict[str, bytes] = {}  # bodies for parse and store, written together after the loop
-    for e, r in zip(todo, results, strict=True):
-        # Fetched again after the next login, not stored as the login form it came back as.
-        if session is not None and session.ended(e, r) and session.refetch(e, s.max_attempts):
-            done.append(Fetched(e.url, token, now + REFETCH_AFTER, r.ip))
-            continue
-        robots = policies.get(origin_of(e.url))
-        wait = retry.wait(e.attempts, r, robots.expires - now if robots is not None else 0.0)
-        if wait is not None:
-            done.append(Fetched(e.url, token, now + wait, r.ip))
-            jobs.count(pipe, job.id, **{f"retry:{r.error}": 1})
-            if r.error == errors.RobotsUnavailable.reason and robots is not None:
-                # Nothing else says why the crawl sits still for robots_retry (5 minutes).
-                why = robots.error or (f"HTTP {robots.status}" if robots.status else "no answer")
-                jobs.note_robots_wait(pipe, job.id, origin_of(e.url), now + wait, why, now)
-            continue
-        done.append(Fetched(e.url, token, 0.0, r.ip))
-        body_key = ""
-        if r.body:
-            bodies[e.url] = r.body
-            body_key = keys.body_ref(job.id, token, e.url)
-        nbytes += len(r.body)
-        failed += r.error is not None
-        host = host_key(e.url)
-        if r.error:
-            jobs.count(pipe, job.id, **{f"error:{r.error}": 1})
-            host_errors[host] += 1
-        pages.append(_page(ctx, e, r, body_key, with_headers, archive, cycle, cycle_base, previous.get(e.url)))
-        not_modified += r.status == 304
-    ctx.frontier.hold_bodies(job.id, token, bodies, BODY_TTL, pipe)
+    early: list[tuple[str, str]] = []  # leases of the pages reported before the task's end
+
+    def settle(positions: Sequence[int], results: Sequence[FetchResult], pipe: Any, at: float) -> list[Fetched]:
+        """The requests at ``positions`` of ``todo`` are over: their pages, bodies and counts
+        into ``settled``, their reports for the frontier returned."""
+        done: list[Fetched] = []
+        for i, r in zip(positions, results, strict=True):
+            e = todo[i]
+            settled.positions.add(i)
+            # Fetched again after the next login, not stored as the login form it came back as.
+            if session is not None and session.ended(e, r) and session.refetch(e, s.max_attempts):
+                done.append(Fetched(e.url, token, at + REFETCH_AFTER, r.ip))
+                continue
+            robots = policies.get(origin_of(e.url))
+            wait = retry.wait(e.attempts, r, robots.expires - at if robots is not None else 0.0)
+            if wait is not None:
+                done.append(Fetched(e.url, token, at + wait, r.ip))
+                jobs.count(pipe, job.id, **{f"retry:{r.error}": 1})
+                if r.error == errors.RobotsUnavailable.reason and robots is not None:
+                    # Nothing else says why the crawl sits still for robots_retry (5 minutes).
+                    why = robots.error or (f"HTTP {robots.status}" if robots.status else "no answer")
+                    jobs.note_robots_wait(pipe, job.id, origin_of(e.url), at + wait, why, at)
+                continue
+            done.append(Fetched(e.url, token, 0.0, r.ip))
+            body_key = ""
+            if r.body:
+                settled.bodies[e.url] = r.body
+                body_key = keys.body_ref(job.id, token, e.url)
+            settled.nbytes += len(r.body)
+            settled.failed += r.error is not None
+            if r.error:
+                jobs.count(pipe, job.id, **{f"error:{r.error}": 1})
+                host_errors[host_key(e.url)] += 1
+            settled.pages[i] = _page(ctx, e, r, body_key, with_headers, archive, cycle, cycle_base,
+                                     previous.get(e.url))
+            settled.not_modified += r.status == 304
+        delays = ctx.politeness.delay_updates(job, results, policies)
+        ctx.frontier.set_host_delays(job.id, delays, pipe)
+        settled.delays.update(delays)
+        ctx.frontier.count_hosts(job.id, host_errors, pipe)  # the pages fetched, the frontier's script counts
+        host_errors.clear()
+        return done
+
+    def report(positions: list[int], results: list[FetchResult]) -> None:
+        # Requests over while others are still out free their hosts now (``stragglers``), and
+        # the URLs robots.txt kept from the network with the first of them.
+        at = [go_at[i] for i in positions]
+        if not settled.positions:
+            at += [i for i in range(len(todo)) if urls[i] in blocked]
+            results = [*results, *(blocked_result(urls[i], blocked[urls[i]]) for i in at[len(positions):])]
+        pipe = ctx.redis.pipeline(transaction=False)
+        now = time.time()
+        done = settle(at, results, pipe, now)
+        if session is not None:
+            session.share(now)
+        ctx.frontier.fetched(job.id, done, lease_timeout=s.lease_timeout, delay=s.delay, pipe=pipe,
+                             delays=settled.delays)
+        early.extend((f.url, token) for f in done if not f.retry_at)
+
+    got = fetch_reporting_early(rt, fetcher, go, config, check, validators, hops, specs if any(specs) else None,
+                                report) if go else []
+    fetched = dict(zip(go_keys, got, strict=True))
+    rest = [i for i in range(len(todo)) if i not in settled.positions]
+    results = [fetched.get(todo[i].url) or blocked_result(urls[i], blocked[urls[i]]) for i in rest]
+    pipe = ctx.redis.pipeline(transaction=False)
+    now = time.time()
+    done = settle(rest, results, pipe, now)
+    pages = [settled.pages[i] for i in sorted(settled.pages)]
+    ctx.frontier.hold_bodies(job.id, token, settled.bodies, BODY_TTL, pipe)
     if session is not None:
         session.finish(now)
         jobs.count(pipe, job.id, **session.counts)
     jobs.count(pipe, job.id, **hook_counts)
-    delays = ctx.politeness.delay_updates(job, results, policies)
-    ctx.frontier.set_host_delays(job.id, delays, pipe)
-    ctx.frontier.count_hosts(job.id, host_errors, pipe)  # the pages fetched, the frontier's script counts
-    jobs.count_cycle(pipe, job.id, cycle, fetched=len(pages), bytes=nbytes, not_modified=not_modified)
+    jobs.count_cycle(pipe, job.id, cycle, fetched=len(pages), bytes=settled.nbytes,
+                     not_modified=settled.not_modified)
     nodes.count_fetched(pipe, ctx.node, len(pages))
     # Written by the frontier's script with its own counters.
-    counts = {"fetched": len(pages), "failed": failed, "bytes": nbytes, "not_modified": not_modified,
-              "fetch_tasks": 1}
-    ctx.frontier.fetched(job.id, done, lease_timeout=s.lease_timeout, delay=s.delay, pipe=pipe, delays=delays,
-                         counts=counts)
+    counts = {"fetched": len(pages), "failed": settled.failed, "bytes": settled.nbytes,
+              "not_modified": settled.not_modified, "fetch_tasks": 1}
+    ctx.frontier.fetched(job.id, done, lease_timeout=s.lease_timeout, delay=s.delay, pipe=pipe,
+                         delays=settled.delays, counts=counts)
+    # The final report renews the leases it names; those reported early, as fresh then, keep
+    # their dispatch's expiry, which the straggler may have spent much of.
+    ctx.frontier.renew(job.id, early, s.lease_timeout, since=token_time(token))
     if s.render != "never":
         pages = _mark_for_render(ctx, job, token, spider, pages)
     if s.sitemaps and policies:
@@ -157,6 +188,20 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
         _admit_sitemaps(ctx, job, found)
         jobs.count(ctx.redis, job.id, dropped_sitemap_cap=over_cap)
     return pages
+
+
+@dataclasses.dataclass
+class _Settled:
+    """What a fetch task's requests over so far came to (``fetch_stage``): its pages for parse
+    and store by position in the task, their bodies by URL, the hosts' new delays."""
+
+    positions: set[int] = dataclasses.field(default_factory=set)  # of every request over, pages or not
+    pages: dict[int, FetchedPage] = dataclasses.field(default_factory=dict)
+    bodies: dict[str, bytes] = dataclasses.field(default_factory=dict)
+    delays: dict[str, float] = dataclasses.field(default_factory=dict)
+    nbytes: int = 0
+    failed: int = 0
+    not_modified: int = 0
 
 
 def _page(ctx: Context, e: Entry, r: FetchResult, body_key: str, with_headers: bool, archive: bool, cycle: int,

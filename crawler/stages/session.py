@@ -115,11 +115,17 @@ class JobSession:
         self.counts["session_refetch"] += 1
         return True
 
-    def finish(self, now: float) -> None:
-        """Share the cookies this task's responses set."""
+    def share(self, now: float) -> None:
+        """Share the cookies this task's responses have set so far: before a host they came
+        from may go again, its next request (another task's) must find them."""
         dropped = self.state.save(self.generation, self.hops.changed, now)
+        self.hops.changed.clear()
         if dropped > 0:
             self.counts["cookies_dropped"] += dropped
+
+    def finish(self, now: float) -> None:
+        """Share the cookies this task's responses set."""
+        self.share(now)
         self.counts["cookies_dropped"] += self.hops.jar.overflow
 
 

@@ -15,7 +15,7 @@ import redis
 
 from crawler import jobs
 from crawler.config.settings import Settings
-from crawler.testweb import TestWeb
+from crawler.testweb import TestWeb, WebModel
 from tests.conftest import Workers, rows_by_url, wait_done
 from tests.integration.test_crawl import cli
 from tests.web import handlers as hw
@@ -211,3 +211,22 @@ def test_status_names_the_hosts_waiting_on_robots_txt(make_web: Callable[..., Te
         assert json.loads(cli("status", job_id, "--json").stdout)["robots_wait"][0]["origin"] == f"http://{dead}"
     finally:
         jobs.stop(r, job_id)
+
+
+def test_a_slow_server_does_not_hold_the_hosts_fetched_beside_it(make_web: Callable[..., TestWeb], workers: Workers,
+                                                                  r: redis.Redis, tmp_path: Path) -> None:
+    # A URL of each host goes out in one fetch task; one server takes 4 s to answer. The other
+    # host's slot is freed once its request is over (``crawler.stages.stragglers``), not when the
+    # task ends: its next queued pages go out while the slow one is still out.
+    web = make_web(2, 12)
+    slow = 4.0
+    web.route(1, "/", hw.slow(slow, hw.body(hw.html("slow"))))
+    workers.start("w0", ALL, pool="prefork")  # as celery worker runs by default: a process per core
+    seeds = [web.url(1, "/"), *(web.url(0, WebModel.page_path(i)) for i in range(12))]
+    _job_id, st, rows = _crawl(r, web, tmp_path, seeds=seeds, timeout=60, per_host=1)
+    assert st["status"] == "done" and rows[web.url(1, "/")]["status"] == 200
+    (slow_hit,) = _hits(web, "/", site=1)
+    assert slow_hit.end - slow_hit.start >= slow
+    fast = [h for h in web.hits() if h.site == 0 and h.path != "/robots.txt"]
+    beside = [h for h in fast if h.start < slow_hit.end]
+    assert len(beside) >= 6, f"{len(beside)} of site 0's {len(fast)} requests started while site 1's was out"

@@ -295,3 +295,38 @@ def test_a_cookie_job_keeps_its_own_cookies_and_no_other_job_sees_them(make_web:
         assert sent == [("/set", ""), ("/next", "pref=dark" if cookies else "")], sent
     # Each job's cookies went when it was done.
     assert not [j for j in ids if r.exists(*keys.session_all(j))]
+
+
+def test_a_host_freed_before_its_task_ends_has_shared_its_cookies_and_keeps_a_full_lease(
+        make_web: Callable[..., TestWeb], r: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One fetch task holds a fast page that sets a cookie and a slow one (2.5 s). The fast page
+    # is reported over while the slow one is out (``crawler.stages.stragglers``): its host may go
+    # again then, so the cookie it set is in Redis by then, where another task's request finds it;
+    # and its lease, renewed when the task ends, runs a whole timeout from there.
+    web = make_web(2, 1)
+    seen_then: list[list[bytes]] = []
+    web.route(0, "/set", hw.body(hw.html("set"), headers={"Set-Cookie": "pref=dark; Path=/"}))
+
+    def slow(h: BaseHTTPRequestHandler) -> None:
+        time.sleep(2.0)
+        seen_then.append(list(r.hkeys(keys.session_cookies(job_id))))
+        time.sleep(0.5)
+        hw.body(hw.html("slow"))(h)
+
+    web.route(1, "/slow", slow)
+    monkeypatch.setenv("CRAWLER_LEASE_TIMEOUT", "8")  # the workers' setting
+    settings = Settings.from_env(store=f"sqlite:///{tmp_path}/c.db", shards=1, obey_robots=False,
+                                 autothrottle=False, cookies=True)
+    job_id = jobs.submit(r, settings, [web.url(0, "/set"), web.url(1, "/slow")])
+    ctx = stages.Context.default(r)
+    job = jobs.load(r, job_id, max_age=0)
+    ctx.frontier.promote(job_id)
+    d = ctx.frontier.dispatch(job_id, 0, max_urls=4, per_host=1, delay=0, lease_timeout=8, concurrency=4)
+    ((token, entries),) = d.batches()
+    assert len(entries) == 2
+    pages = stages.fetch_stage(ctx, job, token, [e.encode() for e in entries])
+    ended = time.time()
+    assert sorted(p.status for p in pages) == [200, 200]
+    assert seen_then and seen_then[0], "the cookie was not shared while the slow request was out"
+    expiry = r.zscore(keys.lease_expiry(job_id), web.url(0, "/set"))
+    assert expiry is not None and expiry >= ended + 8 - 1, (expiry, ended)
