@@ -41,6 +41,13 @@ SCRIPTS = {name: _STEPS + f"return {main}()\n" for name, main in
            (("neardup", "all_main"), ("neardup_lookup", "lookup_main"), ("neardup_decide", "decide_main"),
             ("neardup_add", "add_main"))}
 _ALL, _LOOKUP, _DECIDE, _ADD = SCRIPTS.values()
+# KEYS: the count of resets, to count one more, then the keys of the records' tag to delete.
+_RESET = """
+redis.call('INCR', KEYS[1])
+local n = 0
+for i = 2, #KEYS do n = n + redis.call('UNLINK', KEYS[i]) end
+return n
+"""
 Split = tuple[str, int, int, list[tuple[int, int]]]  # (url, hi, lo, (bucket, low bits) per band)
 
 _DEFAULT_BUDGET: int = Settings.__dataclass_fields__["near_duplicate_budget"].default  # type: ignore[assignment]
@@ -58,6 +65,7 @@ class NearDuplicates:
         self._lookup = redis.register_script(_LOOKUP)
         self._decide = redis.register_script(_DECIDE)
         self._add = redis.register_script(_ADD)
+        self._reset = redis.register_script(_RESET)
         self.cluster = is_cluster_client(redis)
         self._layouts: LRU[str, str | None] = LRU(256)
 
@@ -132,19 +140,21 @@ class NearDuplicates:
             # the records say. Only originals are indexed, so they are few but for a URL met
             # again and again.
             args += [hi, lo, url, len(found), *sorted(found)]
-        bests, numbers = self._decide(keys=counter, args=args)
+        bests, numbers, epoch = self._decide(keys=[*counter, keys.simhash_epoch(job)], args=args)
         originals = [(int(number), page) for number, page in zip(numbers, split, strict=True) if int(number)]
         if originals:
-            self._add_to_bands(job, head, originals, n)
+            self._add_to_bands(job, head, originals, n, int(epoch))
         return [text(r) or None for r in bests]
 
-    def _add_to_bands(self, job: str, head: list[str | int], originals: list[tuple[int, Split]], n: int) -> None:
+    def _add_to_bands(self, job: str, head: list[str | int], originals: list[tuple[int, Split]], n: int,
+                      epoch: int) -> None:
+        """Add the originals, numbered after ``epoch`` resets of the index, to every band."""
         calls = []
         for b in range(n):
-            args: list[str | int] = [*head, keys.neardup_band_prefix(job, b), b]
+            args: list[str | int] = [*head, keys.neardup_band_prefix(job, b), b, epoch]
             for number, (_, hi, lo, parts) in originals:
                 args += [number, hi, lo, *parts[b]]
-            calls.append(([keys.neardup_band_mark(job, b)], args))
+            calls.append(([keys.neardup_band_mark(job, b), keys.neardup_band_epoch(job, b)], args))
         self._at_once(self._add, calls)
 
     def _at_once(self, script: Script, calls: list[tuple[list[str], list[str | int]]]) -> list[Any]:
@@ -170,11 +180,26 @@ class NearDuplicates:
             return _DEFAULT_BUDGET
 
     def reset(self, job: str) -> int:
-        """Forget every page indexed for the job (a periodic job's new cycle). Returns keys deleted."""
-        legacy = self.legacy(job)
+        """Forget every page indexed for the job (a periodic job's new cycle). Returns keys deleted.
+        On a cluster the count of resets is kept and counted, with the records' keys deleted in
+        the same script (one tag holds them): a batch decided then is numbered either before the
+        reset or after it, and its adds, held up past it, are known by the count
+        (``add_main`` in ``scripts/neardup.lua``). The bands' keys go after."""
+        found = self.layout(job)
+        legacy = found is None
         doomed = {keys.simhash_seq(job, legacy),
                   *(text(k) for k in self.redis.scan_iter(keys.simhash_band_pattern(job, legacy), count=1000))}
-        return int(self.redis.delete(*doomed))
+        if not (self.cluster and not legacy and int(found or 0) >= int(keys.BANDS_APART)):
+            return int(self.redis.delete(*doomed))
+        kept = keys.simhash_epoch(job)
+        doomed.discard(kept)
+        tag = keys.neardup_prefix(job).split("}")[0]
+        records = sorted(k for k in doomed if k.startswith(tag + "}"))
+        # One call, however many: a record list deleted after a new number was given would be
+        # the new cycle's.
+        deleted = int(self._reset(keys=[kept, *records]))
+        bands = sorted(doomed.difference(records))
+        return deleted + (int(self.redis.delete(*bands)) if bands else 0)
 
 
 def _split(url: str, h: int, n: int) -> Split:

@@ -319,6 +319,11 @@ def neardup_band_mark(job: str, band: int | str) -> str:
     return neardup_band_prefix(job, band) + "sh:f"
 
 
+def neardup_band_epoch(job: str, band: int | str) -> str:
+    """The count of resets (``simhash_epoch``) band ``band``'s mark belongs to (a cluster)."""
+    return neardup_band_prefix(job, band) + "sh:e"
+
+
 SIMHASH_BUCKET_BITS = 7  # a band key holds 2**7 band values, one hash field each
 SIMHASH_PAGES_PER_KEY = 128  # pages per list of the index's page records
 
@@ -345,6 +350,12 @@ def simhash_band_pattern(job: str, legacy: bool = False) -> str:
 def simhash_seq(job: str, legacy: bool = False) -> str:
     """The near-duplicate index's page counter (earlier page = original)."""
     return neardup_prefix(job, legacy) + "shseq"
+
+
+def simhash_epoch(job: str) -> str:
+    """How many times the index was reset (a periodic job's cycles), which a reset keeps: on a
+    cluster, an add held up past a reset is known by it (layout "3" on)."""
+    return neardup_prefix(job) + SIMHASH_BAND + "e"
 
 
 def simhash_mark(job: str, legacy: bool = False) -> str:

@@ -27,9 +27,12 @@
 -- (``decide``, within the same window), so a batch answers as pages taken one by one would, on
 -- one Redis or several.
 --
--- Left as it is, rare: on a cluster an add held up past a reset of the index (a periodic job's
--- new cycle) sets its band's mark back to its old number, so that band forgets nothing until the
--- new numbers pass it.
+-- On a cluster the index's resets (a periodic job's new cycle) are counted (``keys.simhash_epoch``,
+-- on the records' tag, which a reset does not delete), and each band notes the count its mark
+-- belongs to: an add held up past a reset is dropped rather than set its band's mark back to the
+-- numbers of the cycle before (the band would take the new cycle's adds for late ones). A reset
+-- by a worker from before the count (a rolling upgrade) deletes it: resets are to run on workers
+-- that keep it.
 local maxd, nb, per, budget = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local G, K = 0, 1
 if budget > 0 then
@@ -248,9 +251,10 @@ local function lookup_main()
   return out
 end
 
--- Step 2, on the records' tag: KEYS as ``all_main``'s; ARGV[5] the records' prefix, then per page
--- (hi, lo, url, candidate count, candidates). Returns per page the URL it nearly duplicates or
--- '', then per page its number (0: not an original).
+-- Step 2, on the records' tag: KEYS as ``all_main``'s, then the count of resets; ARGV[5] the
+-- records' prefix, then per page (hi, lo, url, candidate count, candidates). Returns per page the
+-- URL it nearly duplicates or '', per page its number (0: not an original), and the count of
+-- resets (for the adds).
 local function decide_main()
   local PR = ARGV[5]
   local st = state(KEYS[1], KEYS[2])
@@ -270,20 +274,31 @@ local function decide_main()
     i = i + 4 + c
   end
   save(KEYS[1], KEYS[2], st)
-  return {out, numbers}
+  return {out, numbers, tonumber(redis.call('GET', KEYS[3]) or '0')}
 end
 
--- Step 3, per band: KEYS[1] the band's forgotten mark; ARGV[5] its prefix, ARGV[6] the band, then
--- per original (number, hi, lo, bucket, low). Adds them, and forgets the band's share of every
--- number up to theirs that it has not (its own mark: each band's tag is apart).
+-- Step 3, per band: KEYS[1] the band's forgotten mark, KEYS[2] the count of resets it belongs to;
+-- ARGV[5] its prefix, ARGV[6] the band, ARGV[7] the count of resets the originals were numbered
+-- under, then per original (number, hi, lo, bucket, low). Adds them, and forgets the band's share
+-- of every number up to theirs that it has not (its own mark: each band's tag is apart).
 local function add_main()
-  local PB, b = ARGV[5], tonumber(ARGV[6])
+  local PB, b, epoch = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
   local forgot
-  for i = 7, #ARGV, 5 do
+  if G > 0 then
+    local got = redis.call('MGET', KEYS[1], KEYS[2])
+    local mine = tonumber(got[2])
+    -- Numbered before a reset this band has seen: the index they were numbered in is gone.
+    if mine and mine > epoch then return 0 end
+    -- A mark of a cycle before (an add held up past a reset wrote it) means nothing now. (One
+    -- with no count was written by a worker from before counts, in this cycle.)
+    if not (mine and mine < epoch) then forgot = tonumber(got[1] or '') end
+    if mine ~= epoch then redis.call('SET', KEYS[2], epoch) end
+  end
+  for i = 8, #ARGV, 5 do
     local n = tonumber(ARGV[i])
     local late = false
     if G > 0 then
-      forgot = forgot or tonumber(redis.call('GET', KEYS[1]) or (n - 1))
+      forgot = forgot or (n - 1)
       if n > forgot then
         forget_slices(PB, b, unforgotten(forgot, n))
         forgot = n

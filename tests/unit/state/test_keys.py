@@ -28,9 +28,10 @@ def test_every_job_key_carries_the_jobs_hash_tag() -> None:
     assert all(k.startswith(p) for k in built)
     assert len(set(built)) == len(built)
     # Parts no frontier script touches: a tag each (the job's, then a role), all found by job_pattern.
-    parts = {"nd": [keys.simhash_pages("j1", 7), keys.simhash_seq("j1"), keys.simhash_mark("j1")],
-             "nd0": [keys.simhash_band("j1", 0, 7), keys.neardup_band_mark("j1", 0)],
-             "nd3": [keys.simhash_band("j1", 3, 7), keys.neardup_band_mark("j1", 3)],
+    parts = {"nd": [keys.simhash_pages("j1", 7), keys.simhash_seq("j1"), keys.simhash_mark("j1"),
+                    keys.simhash_epoch("j1")],
+             "nd0": [keys.simhash_band("j1", 0, 7), keys.neardup_band_mark("j1", 0), keys.neardup_band_epoch("j1", 0)],
+             "nd3": [keys.simhash_band("j1", 3, 7), keys.neardup_band_mark("j1", 3), keys.neardup_band_epoch("j1", 3)],
              "bf": [keys.bloom_meta("j1"), keys.bloom_segment("j1", 0, 3), keys.bloom_memo("j1", "t")]}
     for role, names in parts.items():
         assert all(k.startswith(f"c:{{j1~{role}}}:") for k in names), names
