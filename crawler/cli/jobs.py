@@ -199,6 +199,9 @@ def cmd_cycles(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
+    if not rows:  # a table head over nothing would read as a periodic job with no cycle yet
+        print(f"job {args.job} runs once: it has no cycles (a job submitted with --every or --cron runs in cycles)")
+        return 0
     cols = ("fetched", "new", "changed", "unchanged", "gone", "not_modified", "bytes")
     heads = ("fetched", "new", "changed", "unchanged", "gone", "304s", "bytes")
     print(f"{'cycle':>5}  {'started (UTC)':19}  {'ended':>8}  " + "  ".join(f"{h:>9}" for h in heads))

@@ -15,6 +15,7 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
+from crawler import cli as command
 from crawler import control, jobs
 from crawler.config.settings import SettingError, Settings
 from crawler.errors import ConfigError, JobNotFound
@@ -150,6 +151,15 @@ def test_hosts_are_paged_and_sorted_on_the_server(r: redis.Redis) -> None:
     assert names == sorted(names)
     with pytest.raises(ConfigError, match="cannot sort hosts by 'color'"):
         control.hosts(r, job, sort="color")
+
+
+def test_cycles_of_a_one_off_job_says_it_runs_once(r: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    job = jobs.submit(r, Settings.from_env(store=""), ["http://127.0.1.1/"])
+    assert command.main(["cycles", job]) == 0
+    assert capsys.readouterr().out == (f"job {job} runs once: it has no cycles (a job submitted with --every or "
+                                       "--cron runs in cycles)\n")
+    assert command.main(["cycles", job, "--json"]) == 0
+    assert capsys.readouterr().out.strip() == "[]"
 
 
 def test_metrics_are_prometheus_text_and_logs_carry_worker_errors(r: redis.Redis, tmp_path: Path) -> None:
