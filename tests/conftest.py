@@ -53,6 +53,24 @@ def _session_key(monkeypatch: pytest.MonkeyPatch) -> str:
     return key
 
 
+# Integration modules whose subject is not Redis (the browser, parsing and spiders, fetching, the
+# store, secrets): their Redis use is what the rest of the suite covers already, so the second
+# pass on the oldest supported Redis (``make test``) leaves them out, as it does chaos runs.
+REDIS_INCIDENTAL = frozenset({
+    "render", "render_appshell", "render_browser", "render_console", "render_guard", "web_console", "web_guard",
+    "scrapy_compat", "spiders", "spider_paths", "quotes_site", "extract", "forms", "hostile", "bombs", "fetch",
+    "cookies", "redirect_loops", "scope", "noise_links", "sitemaps", "stop_signals", "pg_server", "store",
+    "store_backends", "items_store", "secrets", "session_secrecy",
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.fspath))
+        if path.parent.name == "integration" and path.stem.removeprefix("test_") in REDIS_INCIDENTAL:
+            item.add_marker(pytest.mark.redis_incidental)
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     from crawler.local.redis_server import find_redis_server
 
