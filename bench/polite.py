@@ -94,8 +94,15 @@ def run(system: str, spec: PoliteSpec, work: Path) -> Outcome:
     return run_scrapy(spec, 1, work, extra)
 
 
-def measure(system: str, spec: PoliteSpec, root: Path, want: set[tuple[str, str]]) -> dict[str, Any]:
-    server = make_server("asyncio", root, spec.ips, spec.port).start()
+def slow_hosts(spec: PoliteSpec, count: int) -> list[str]:
+    """The addresses of ``count`` hosts spread over the web, never the seed's (host 0)."""
+    step = spec.hosts / max(1, count)
+    return sorted({spec.ip(min(spec.hosts - 1, int(k * step + step / 2) or 1)) for k in range(count)})
+
+
+def measure(system: str, spec: PoliteSpec, root: Path, want: set[tuple[str, str]],
+            slow: tuple[float, list[str]] | None = None) -> dict[str, Any]:
+    server = make_server("asyncio", root, spec.ips, spec.port, slow).start()
     srv = Usage()
     srv.sample(server.pids())
     srv_cpu0 = srv.total
@@ -114,7 +121,12 @@ def measure(system: str, spec: PoliteSpec, root: Path, want: set[tuple[str, str]
     per_page = Counter(identity(f"http://{r.ip}{r.target}") for r in pages)
     ok = {identity(f"http://{r.ip}{r.target}") for r in pages if r.status == 200}
     cpu = outcome.crawler.total
+    # With slow servers the crawl ends with theirs, one late answer after another: what they
+    # cost the rest shows in how soon the other hosts' pages are all fetched.
+    quick = [r for r in pages if not slow or r.ip not in slow[1]]
+    quick_wall = max(r.at for r in quick) - start if quick else wall
     return {
+        "quick_hosts_wall_s": quick_wall, "quick_pages_per_s": len(quick) / quick_wall if quick_wall > 0 else 0.0,
         "system": system, "wall_s": wall, "pages": n, "unique_pages": len(ok),
         "robots_fetches": len(hits) - n, "pages_per_s": n / wall, "unique_pages_per_s": len(ok) / wall,
         "crawler_cpu_s": cpu, "redis_cpu_s": outcome.redis_cpu, "server_cpu_s": srv.total - srv_cpu0,
@@ -127,7 +139,8 @@ def measure(system: str, spec: PoliteSpec, root: Path, want: set[tuple[str, str]
     }
 
 
-METRICS = ("wall_s", "pages", "unique_pages", "robots_fetches", "pages_per_s", "unique_pages_per_s",
+METRICS = ("wall_s", "quick_hosts_wall_s", "quick_pages_per_s", "pages", "unique_pages", "robots_fetches",
+           "pages_per_s", "unique_pages_per_s",
            "crawler_cpu_s", "redis_cpu_s", "server_cpu_s", "cpu_ms_per_page", "crawler_cpu_ms_per_page",
            "redis_cpu_ms_per_page", "server_cpu_ms_per_page", "peak_rss_mb", "completeness", "duplicate_fetches",
            "not_found")
@@ -183,7 +196,8 @@ def report(spec: PoliteSpec, info: dict[str, int], want: int, runs: dict[str, li
     for s, m in med.items():
         print(f"  {s:<18} {m['pages_per_s']:6.0f} pages/s  {m['cpu_ms_per_page']:6.2f} CPU ms/page  "
               f"wall {m['wall_s']:.0f} s  server {m['server_cpu_ms_per_page']:.2f} ms/page  "
-              f"RSS {m['peak_rss_mb']:.0f} MB  complete {m['completeness']:.1%}  dups {m['duplicate_fetches']:.0f}")
+              f"RSS {m['peak_rss_mb']:.0f} MB  complete {m['completeness']:.1%}  dups {m['duplicate_fetches']:.0f}"
+              + (f"  other hosts done in {m['quick_hosts_wall_s']:.1f} s" if info.get("slow_hosts") else ""))
     checks = targets(med, {s: rs[:done] for s, rs in runs.items()})
     for c in checks:
         pairs = ", ".join(f"{p:.2f}" for p in c["pairs"])
@@ -209,6 +223,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS))
     ap.add_argument("--limit", type=float, default=3600.0, help="seconds one run may take (a loaded machine is slow)")
+    ap.add_argument("--slow-hosts", type=int, default=0,
+                    help="hosts, spread over the web, whose every answer waits --slow-seconds (a web of mixed servers)")
+    ap.add_argument("--slow-seconds", type=float, default=2.0)
     args = ap.parse_args()
     peers.LIMIT = args.limit
     systems = [s for s in args.systems.split(",") if s]
@@ -224,16 +241,22 @@ def main() -> None:
         want = reachable(spec)
         print(f"web: {info['hosts']} hosts x {args.pages} pages, {info['bytes'] / info['pages'] / 1000:.1f} KB/page, "
               f"{len(want)} reachable from one seed; {args.runs} runs of {', '.join(systems)}", flush=True)
+        slow = (args.slow_seconds, slow_hosts(spec, args.slow_hosts)) if args.slow_hosts else None
+        if slow:
+            info = {**info, "slow_hosts": len(slow[1]), "slow_ms": int(slow[0] * 1000)}  # info holds ints
+            print(f"{len(slow[1])} of the hosts answer {slow[0]} s late", flush=True)
         runs: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
         RESULTS.mkdir(exist_ok=True)
-        out = RESULTS / f"polite-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        label = f"slow{len(slow[1])}-" if slow else ""
+        out = RESULTS / f"polite-{label}{time.strftime('%Y%m%d-%H%M%S')}.json"
         for i in range(args.runs):
             for s in systems if i % 2 == 0 else systems[::-1]:
-                r = measure(s, spec, root, want)
+                r = measure(s, spec, root, want, slow)
                 runs[s].append(r)
+                quick = f"  other hosts done in {r['quick_hosts_wall_s']:.1f} s" if slow else ""
                 print(f"  run {i + 1} {s:<18} {r['pages_per_s']:6.0f} pages/s  {r['cpu_ms_per_page']:6.2f} CPU ms/page"
                       f"  ({r['crawler_cpu_ms_per_page']:.2f} + Redis {r['redis_cpu_ms_per_page']:.2f})"
-                      f"  {r['wall_s']:.0f} s  complete {r['completeness']:.1%}  dups {r['duplicate_fetches']}",
+                      f"  {r['wall_s']:.0f} s  complete {r['completeness']:.1%}  dups {r['duplicate_fetches']}{quick}",
                       flush=True)
             report(spec, info, len(want), runs, out)
 

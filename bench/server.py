@@ -41,9 +41,11 @@ def _response(status: int, body: bytes) -> bytes:
 
 
 class _Http(asyncio.Protocol):
-    def __init__(self, pages: dict[tuple[str, str], bytes], log: list[tuple[float, int, str, str]]) -> None:
+    def __init__(self, pages: dict[tuple[str, str], bytes], log: list[tuple[float, int, str, str]],
+                 slow: dict[str, float] | None = None) -> None:
         self.pages = pages
         self.log = log
+        self.slow = slow or {}  # address -> seconds each of its answers waits (a slow server)
         self.buf = b""
         self.ip = ""
         self.transport: asyncio.Transport | None = None
@@ -62,11 +64,22 @@ class _Http(asyncio.Protocol):
             reply = self.pages.get((self.ip, path))
             status = 200 if reply is not None else 404
             self.log.append((time.time(), status, self.ip, target))
-            assert self.transport is not None
-            self.transport.write(reply if reply is not None else _NOT_FOUND)
-            if b"connection: close" in head.lower():
-                self.transport.close()
+            close = b"connection: close" in head.lower()
+            wait = self.slow.get(self.ip, 0.0)
+            if wait:  # answers on one connection keep their order: each waits as long
+                asyncio.get_running_loop().call_later(wait, self._answer, reply, close)
+            else:
+                self._answer(reply, close)
+            if close:
                 return
+
+    def _answer(self, reply: bytes | None, close: bool) -> None:
+        assert self.transport is not None
+        if self.transport.is_closing():
+            return
+        self.transport.write(reply if reply is not None else _NOT_FOUND)
+        if close:
+            self.transport.close()
 
 
 _NOT_FOUND = _response(404, b"<html><body>not found</body></html>")
@@ -87,11 +100,16 @@ def load_pages(root: Path, ips: list[str]) -> dict[tuple[str, str], bytes]:
     return pages
 
 
+SLOW_ENV = "BENCH_SLOW"  # "<seconds> <ip> <ip> ...": addresses that answer that much later
+
+
 def serve(root: Path, port: int, log_path: Path, ips: list[str]) -> None:
     pages = load_pages(root, ips)
     log: list[tuple[float, int, str, str]] = []
+    wait, *slow_ips = os.environ.get(SLOW_ENV, "0").split()
+    slow = dict.fromkeys(slow_ips, float(wait))
     loop = asyncio.new_event_loop()
-    servers = [loop.run_until_complete(loop.create_server(lambda: _Http(pages, log), ip, port, backlog=1024,
+    servers = [loop.run_until_complete(loop.create_server(lambda: _Http(pages, log, slow), ip, port, backlog=1024,
                                                           reuse_address=True)) for ip in ips]
     loop.add_signal_handler(signal.SIGTERM, loop.stop)
     print("ready", flush=True)
@@ -168,9 +186,17 @@ class StaticServer:
 class PythonServer(StaticServer):
     kind = "asyncio"
 
+    def __init__(self, root: Path, ips: list[str], port: int, slow: tuple[float, list[str]] | None = None) -> None:
+        super().__init__(root, ips, port)
+        self.slow = slow  # (seconds, addresses) that answer that much later
+
     def start(self) -> PythonServer:
+        env = dict(os.environ)
+        env.pop(SLOW_ENV, None)
+        if self.slow:
+            env[SLOW_ENV] = " ".join([repr(self.slow[0]), *self.slow[1]])
         self.proc = subprocess.Popen([sys.executable, "-m", "bench.server", str(self.root), str(self.port),
-                                      str(self.log_path), *self.ips], stdout=subprocess.DEVNULL)
+                                      str(self.log_path), *self.ips], stdout=subprocess.DEVNULL, env=env)
         self._wait_listening()
         return self
 
@@ -216,8 +242,12 @@ def nginx_binary() -> str | None:
                                           if os.access(p, os.X_OK)), None)
 
 
-def make_server(kind: str, root: Path, ips: list[str], port: int) -> StaticServer:
-    """``kind``: nginx, asyncio, or auto (nginx if installed)."""
+def make_server(kind: str, root: Path, ips: list[str], port: int,
+                slow: tuple[float, list[str]] | None = None) -> StaticServer:
+    """``kind``: nginx, asyncio, or auto (nginx if installed); ``slow``: (seconds, addresses)
+    whose answers wait that long (the asyncio server only)."""
+    if slow:
+        return PythonServer(root, ips, port, slow)
     if kind == "auto":
         kind = "nginx" if nginx_binary() else "asyncio"
     if kind == "nginx":
