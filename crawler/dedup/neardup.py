@@ -53,6 +53,11 @@ Split = tuple[str, int, int, list[tuple[int, int]]]  # (url, hi, lo, (bucket, lo
 _DEFAULT_BUDGET: int = Settings.__dataclass_fields__["near_duplicate_budget"].default  # type: ignore[assignment]
 
 
+def _apart(found: str | None) -> bool:
+    """Whether a job of layout ``found`` has its bands under tags of their own (``BANDS_APART``)."""
+    return found is not None and int(found) >= int(keys.BANDS_APART)
+
+
 def _signed32(v: int) -> int:
     # Redis's Lua bit library works on signed 32-bit numbers.
     return v - (1 << 32) if v >= 1 << 31 else v
@@ -94,7 +99,7 @@ class NearDuplicates:
         n = max_distance + 1
         found = self.layout(job)
         legacy = found is None
-        apart = found is not None and int(found) >= int(keys.BANDS_APART)
+        apart = _apart(found)
         records = keys.neardup_prefix(job, legacy)
         head: list[str | int] = [max_distance, n, keys.SIMHASH_PAGES_PER_KEY, budget]
         counter = [keys.simhash_seq(job, legacy), keys.simhash_mark(job, legacy)]
@@ -189,12 +194,11 @@ class NearDuplicates:
         legacy = found is None
         doomed = {keys.simhash_seq(job, legacy),
                   *(text(k) for k in self.redis.scan_iter(keys.simhash_band_pattern(job, legacy), count=1000))}
-        if not (self.cluster and not legacy and int(found or 0) >= int(keys.BANDS_APART)):
+        if not (self.cluster and _apart(found)):
             return int(self.redis.delete(*doomed))
         kept = keys.simhash_epoch(job)
         doomed.discard(kept)
-        tag = keys.neardup_prefix(job).split("}")[0]
-        records = sorted(k for k in doomed if k.startswith(tag + "}"))
+        records = sorted(k for k in doomed if k.startswith(keys.neardup_prefix(job)))
         # One call, however many: a record list deleted after a new number was given would be
         # the new cycle's.
         deleted = int(self._reset(keys=[kept, *records]))
