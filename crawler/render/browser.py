@@ -12,8 +12,8 @@ a navigation away from the page is answered with an empty response, so the page 
 
 A page is read once it has settled: none of its requests open, its document unchanged, and no
 short timer of its scripts pending, for ``render_settle`` seconds (an init script watches the
-document and the timers). A page still busy at its deadline after its load event is read as it
-stands.
+document, the timers and the fetches and XHRs of its scripts). A page still busy at its deadline
+after its load event is read as it stands.
 
 A browser is restarted after ``render_recycle_pages`` pages or once its processes' memory (PSS)
 passes ``render_max_rss``, and after a crash: browsers grow with the pages they have seen. A
@@ -64,7 +64,10 @@ PARTIAL_READ = 2.0
 # Runs in every frame before the page's scripts. Records when the document last changed and
 # which timers of at most TIMER_WAIT, set within TIMER_WAIT of navigation, are pending, so that
 # content a script adds on a timer is waited for, however late a slow load ran the script (a
-# timer re-armed forever stops counting TIMER_WAIT after navigation). Removes the
+# timer re-armed forever stops counting TIMER_WAIT after navigation). Counts the fetches and
+# XHRs its scripts have asked for and not yet had answered: Chromium hands a request to the route
+# handler some time after the script asks, and on a loaded machine the page looked settled in
+# between (one of three fetches seen). Removes the
 # page's means of opening peer-to-peer or UDP connections, which no route handler sees.
 INIT_SCRIPT = """(() => {
   const w = window, now = () => performance.now(), pending = new Set();
@@ -85,9 +88,34 @@ INIT_SCRIPT = """(() => {
   };
   w.clearTimeout = function (id) { pending.delete(id); return clearT.call(w, id); };
   w.clearInterval = function (id) { pending.delete(id); return clearI.call(w, id); };
-  Object.defineProperty(w, "__crawlerQuiet", {value: () => pending.size ? -1 : (now() - last) / 1000});
+  let asked = 0;
+  const answered = () => { asked--; last = now(); };
+  if (typeof w.fetch === "function") {
+    const f = w.fetch;
+    w.fetch = function () {
+      asked++;
+      let p;
+      try { p = f.apply(this, arguments); } catch (e) { answered(); throw e; }
+      p.then(answered, answered);
+      return p;
+    };
+  }
+  if (w.XMLHttpRequest) {
+    const send = w.XMLHttpRequest.prototype.send;
+    w.XMLHttpRequest.prototype.send = function () {
+      asked++;
+      this.addEventListener("loadend", answered, {once: true});
+      try { return send.apply(this, arguments); } catch (e) {
+        this.removeEventListener("loadend", answered);
+        answered();
+        throw e;
+      }
+    };
+  }
+  Object.defineProperty(w, "__crawlerQuiet", {value: () => pending.size || asked > 0 ? -1 : (now() - last) / 1000});
 })();""".replace("TIMER_WAIT_MS", str(round(TIMER_WAIT * 1000)))
-# Seconds since the document last changed, -1 while a timer it waits for is pending.
+# Seconds since the document last changed or a request was answered, -1 while a timer it waits
+# for or a request its scripts made is pending.
 QUIET = "() => typeof window.__crawlerQuiet === 'function' ? window.__crawlerQuiet() : 1e9"
 
 

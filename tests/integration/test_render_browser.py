@@ -250,6 +250,36 @@ def test_the_browser_keeps_each_hosts_own_delay(browser: Browser, r: redis.Redis
         timed.server_close()
 
 
+class _LateRoute(Guard):
+    """Chromium hands the page's own requests to the route handler late, as on a loaded machine."""
+
+    async def handle(self, route: Any, request: Any) -> None:
+        if request.url != self.url:
+            await asyncio.sleep(1.0)
+        await super().handle(route, request)
+
+
+def test_a_request_the_browser_hands_over_late_still_holds_the_reading(browser: Browser) -> None:
+    data = _Timed("127.0.4.44")
+    host = f"127.0.4.44:{data.server_address[1]}"
+    try:
+        page = (b"<title>t</title><p id=a></p><p id=b></p><script>"
+                b"fetch('/a.json').then(r => r.text())"
+                b".then(t => { document.getElementById('a').textContent = 'f' + t; });"
+                b"const x = new XMLHttpRequest(); x.open('GET', '/b.json');"
+                b"x.onload = () => { document.getElementById('b').textContent = 'x' + x.responseText; }; x.send();"
+                b"</script>")
+        late = _LateRoute(f"http://{host}/", page, "text/html; charset=utf-8", runtime().fetcher(CONFIG), CONFIG,
+                          None, HostTurns(4, 0.0), Counter())
+        rendered = run(browser.render(late.url, late, 10.0, 0.3))
+        assert rendered.error == ""
+        assert '<p id="a">fok</p>' in rendered.html and '<p id="b">xok</p>' in rendered.html, rendered.html
+        assert len(data.times) == 2
+    finally:
+        data.shutdown()
+        data.server_close()
+
+
 def test_pages_bound_for_the_browser_are_held_for_the_rounds_their_batch_takes(r: redis.Redis) -> None:
     s = Settings.from_env(render="always", render_pages=4, render_timeout=10.0, lease_timeout=60.0, shards=1)
     job_id = jobs.submit(r, s, ["http://127.0.4.50/"])
