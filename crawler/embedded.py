@@ -27,7 +27,7 @@ from crawler.errors import ConfigError, CrawlerError
 from crawler.frontier.sharding import RENDER_QUEUE, queue_name
 from crawler.local.lifeline import PARENT_ENV
 from crawler.local.redis_server import RedisServer
-from crawler.local.signals import StopRequested, StopSignals
+from crawler.local.signals import StopSignals, stop_in
 from crawler.render.browser import chromium_path
 from crawler.spiders.loader import PATHS_ENV, prepare_local
 from crawler.state.conn import OUTAGE_GRACE, check_version, connect, is_cluster, through_outage
@@ -207,9 +207,12 @@ def crawl(settings: Settings, seeds: list[str], out_dir: str, progress: Progress
                                    items=_feed(settings, job_id, out))
                 workers.check()
                 time.sleep(poll)
-        except (KeyboardInterrupt, StopRequested) as exc:
+        except BaseException as exc:
+            stop = stop_in(exc)
+            if stop is None and not isinstance(exc, KeyboardInterrupt):
+                raise
             signals.hold()
-            signum = exc.signum if isinstance(exc, StopRequested) else signal.SIGINT
+            signum = stop.signum if stop is not None else signal.SIGINT
             last: dict[str, Any] = {"counters": {}}
             try:
                 if client is not None and job_id:

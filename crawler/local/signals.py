@@ -32,6 +32,20 @@ class StopRequested(BaseException):
         self.signum = signum
 
 
+def stop_in(exc: BaseException) -> StopRequested | None:
+    """The stop request ``exc`` is or carries: Python wraps an exception raised in some places
+    (a class body's ``__set_name__`` while a module imports, say) in one of its own, with the
+    original as its cause."""
+    seen: set[int] = set()
+    at: BaseException | None = exc
+    while at is not None and id(at) not in seen:
+        if isinstance(at, StopRequested):
+            return at
+        seen.add(id(at))
+        at = at.__cause__ or at.__context__
+    return None
+
+
 def exit_status(signum: int) -> int:
     """The shell's convention for "ended by signal N": 128 + N (130 for SIGINT, 143 for SIGTERM)."""
     return 128 + signum

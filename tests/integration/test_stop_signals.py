@@ -213,3 +213,29 @@ def test_a_worker_whose_parent_is_gone_exits_even_if_its_shutdown_hangs() -> Non
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert res.returncode == 75 and res.stdout == "shutdown\n", res.stderr
     assert time.monotonic() - started < 10
+
+
+def test_a_stop_wrapped_on_its_way_up_ends_the_crawl_as_a_stop(redis_url: str, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # CI once sent SIGTERM while the store's module was being imported: Python handed the crawl a
+    # RuntimeError caused by the stop, and it exited 1 with a traceback instead of 143.
+    from crawler import embedded
+    from crawler.config.settings import Settings
+    from crawler.local.signals import StopRequested
+
+    def submit(*_args: object, **_kwargs: object) -> str:
+        try:
+            raise StopRequested(signal.SIGTERM)
+        except StopRequested as stop:
+            raise RuntimeError("Error calling __set_name__ on 'Field' instance 'json_value' in 'Dialect'") from stop
+
+    monkeypatch.setattr(embedded.jobs, "submit", submit)
+    outcome = embedded.crawl(Settings.from_env(redis_url=redis_url), ["http://127.0.0.1:9/"], str(tmp_path / "out"))
+    assert outcome.interrupted and outcome.signum == signal.SIGTERM
+
+    def broken(*_args: object, **_kwargs: object) -> str:
+        raise RuntimeError("a real error")
+
+    monkeypatch.setattr(embedded.jobs, "submit", broken)
+    with pytest.raises(RuntimeError, match="a real error"):
+        embedded.crawl(Settings.from_env(redis_url=redis_url), ["http://127.0.0.1:9/"], str(tmp_path / "out2"))

@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from crawler.local.lifeline import PARENT_ENV, parent_from_env
-from crawler.local.signals import StopRequested, StopSignals, exit_status
+from crawler.local.signals import StopRequested, StopSignals, exit_status, stop_in
 
 
 def test_each_signal_raises_once_and_later_ones_only_hurry() -> None:
@@ -75,3 +75,22 @@ def test_parent_pid_from_the_environment() -> None:
     assert parent_from_env({PARENT_ENV: " 123 "}) == 123
     with pytest.raises(ValueError, match="is not a process id"):
         parent_from_env({PARENT_ENV: "abc"})
+
+
+class _SignalledWhileNamed:
+    def __set_name__(self, owner: type, name: str) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # as a stop landing while a module's classes are made
+
+
+def test_a_stop_python_wraps_on_its_way_up_is_still_a_stop() -> None:
+    with StopSignals() as stop:
+        with pytest.raises(BaseException) as caught:
+            class Dialect:
+                json_value = _SignalledWhileNamed()
+        found = stop_in(caught.value)
+        assert found is not None and found.signum == signal.SIGTERM == stop.signum
+    assert stop_in(RuntimeError("not a stop")) is None
+    looped = RuntimeError("a cycle of causes")
+    looped.__context__ = ValueError()
+    looped.__context__.__context__ = looped
+    assert stop_in(looped) is None
