@@ -20,7 +20,7 @@ import redis
 
 from crawler import jobs
 from crawler.config.brokers import parse_brokers
-from crawler.config.redact import password_of
+from crawler.config.redact import password_of, redact
 from crawler.config.secretbox import KEY_FILE_VAR, KEY_VAR, new_key
 from crawler.config.settings import Settings
 from crawler.errors import ConfigError, CrawlerError
@@ -51,6 +51,16 @@ class Outcome:
     signum: int = 0  # the signal that interrupted the crawl (SIGINT for Ctrl-C)
     spider: str = ""  # the job's spider, if any
     items: int = 0  # items in the feed written beside the store (``items.jsonl``)
+
+
+def _stop_failed(client: redis.Redis | None, job_id: str, exc: BaseException) -> None:
+    if client is None or not job_id:
+        return
+    try:
+        jobs.stop(client, job_id, error=redact(f"crawler crawl failed: {type(exc).__name__}: {exc}")[:300],
+                  by="crawler crawl")
+    except redis.RedisError:
+        pass  # the Redis that failed the crawl, perhaps: the error being raised is the one to show
 
 
 def worker_command(queues: Sequence[str], name: str, logfile: str | None = None,
@@ -210,6 +220,9 @@ def crawl(settings: Settings, seeds: list[str], out_dir: str, progress: Progress
         except BaseException as exc:
             stop = stop_in(exc)
             if stop is None and not isinstance(exc, KeyboardInterrupt):
+                # Its workers are going: a job left running would wait for ever in that Redis
+                # (``status --wait`` with it), so it ends stopped, saying why.
+                _stop_failed(client, job_id, exc)
                 raise
             signals.hold()
             signum = stop.signum if stop is not None else signal.SIGINT

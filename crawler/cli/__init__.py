@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0  # the reader (``| head``) has what it wanted
     except redis.ConnectionError as exc:
-        line, code = f"cannot reach Redis: {exc}", 1
+        line, code = f"cannot reach Redis: {one_line(str(exc))}", 1
     except (redis.exceptions.MovedError, redis.exceptions.AskError,
             redis.exceptions.ClusterCrossSlotError) as exc:
         # A node of a Redis Cluster, named as a plain Redis: it says where a key lives instead, or
@@ -54,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
             redis.exceptions.TryAgainError) as exc:
         # Unreachable, not a cluster, or between a master's loss and its replica's promotion.
         line, code = f"cannot use the Redis Cluster: {type(exc).__name__}: {one_line(str(exc))}", 1
+    except redis.ResponseError as exc:
+        if "DB index is out of range" not in str(exc):
+            raise  # any other refusal is a bug of ours: its traceback is what fixes it
+        line, code = "the Redis URL names a database that server does not have (it has 0 to databases - 1)", 2
     except redis.TimeoutError as exc:
         # The environment's failure, not a bug: Redis too busy to answer within the timeout.
         line, code = f"Redis did not answer in time: {one_line(str(exc))}", 1

@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +150,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
         web.stop()
 
 
+# The demo's sites are 127.0.1.1 to 127.0.1.254; its web is built in memory before it is served.
+DEMO_MAX_SITES = 254
+DEMO_MAX_PAGES = 20_000
+
+
+def _within(low: int, high: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        try:
+            n = int(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number") from None
+        if not low <= n <= high:
+            raise argparse.ArgumentTypeError(f"{n} is not between {low} and {high}")
+        return n
+    return parse
+
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 EXAMPLE_SPIDER = EXAMPLES / "catalogue_spider.py"
 QUOTES_SPIDER = EXAMPLES / "quotes_spider.py"
@@ -207,8 +225,10 @@ def register(sub: Subparsers) -> None:
     d = command(sub, "demo", cmd_demo, "crawl a synthetic web served on loopback (no network needed)", redis=False,
                 operation=LOCAL)
     d.add_argument("--out", default="crawl-out", help="output directory (default: crawl-out)")
-    d.add_argument("--sites", type=int, default=5)
-    d.add_argument("--pages", type=int, default=100)
+    d.add_argument("--sites", type=_within(1, DEMO_MAX_SITES), default=5,
+                   help=f"sites, each on an address of its own, 127.0.1.1 on (1 to {DEMO_MAX_SITES}; default 5)")
+    d.add_argument("--pages", type=_within(1, DEMO_MAX_PAGES), default=100,
+                   help=f"pages a site (1 to {DEMO_MAX_PAGES}; default 100)")
     d.add_argument("--workers", metavar="N")
     d.add_argument("-q", "--quiet", action="store_true")
     d.add_argument("--shop", action="store_true",

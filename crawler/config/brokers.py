@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlsplit
 
 from crawler.config.redact import redact
 from crawler.errors import ConfigError
@@ -48,6 +49,21 @@ def _shard(queue: str) -> int | None:
     return int(num) if prefix == "shard" and num.isdigit() else None
 
 
+def redis_database_problem(url: str) -> str:
+    """Why the database number of a ``redis://`` or ``rediss://`` URL (its path, or ``?db=``)
+    cannot be used, or "": redis-py takes any text and Celery's workers then die on it."""
+    scheme, _, _ = url.partition("://")
+    if scheme not in ("redis", "rediss"):
+        return ""
+    parts = urlsplit(url)
+    found = [("path", parts.path.strip("/"))] if parts.path.strip("/") else []
+    found += [("db=", v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k == "db"]
+    for where, raw in found:
+        if not (raw.isascii() and raw.isdigit()):
+            return f"its database ({where} {raw!r}) must be a number, as in redis://host:6379/0"
+    return ""
+
+
 def parse_brokers(spec: str, default: str, sentinel_master: str = "mymaster") -> tuple[Broker, ...]:
     """The brokers ``spec`` names (comma-separated), or ``default`` alone when it is empty.
     A Sentinel-managed broker is ``sentinel://h1:26379;sentinel://h2:26379/0``, optionally
@@ -75,6 +91,8 @@ def parse_brokers(spec: str, default: str, sentinel_master: str = "mymaster") ->
         else:
             if hashmark:
                 raise BrokerError(f"broker {redact(part)!r}: only a sentinel:// broker takes a #master-name")
+            if problem := redis_database_problem(url):
+                raise BrokerError(f"broker {redact(part)!r}: {problem}")
             out.append(Broker(url))
     seen: set[str] = set()
     for b in out:

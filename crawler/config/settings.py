@@ -15,8 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from crawler.config.brokers import parse_brokers
+from crawler.config.brokers import parse_brokers, redis_database_problem
 from crawler.config.credentials import parse_auth, parse_header
+from crawler.config.redact import redact
 from crawler.config.scope import url_patterns
 from crawler.errors import ConfigError, shown
 
@@ -359,6 +360,8 @@ def _check_field(f: dataclasses.Field[Any], value: Any) -> None:
                 raise _bad(name, f"has no scheme (try {_EXAMPLES[name]})", value)
             if scheme not in schemes:
                 raise _bad(name, f"must be a {' or '.join(s + '://' for s in schemes)} URL", value)
+            if name == "redis_url" and (problem := redis_database_problem(value)):
+                raise _bad(name, problem, redact(value))
         if name == "dedup" and value not in ("auto", "bloom", "set"):
             raise _bad(name, "must be auto, bloom or set", value)
         if name == "extract" and value not in EXTRACT_FORMATS:

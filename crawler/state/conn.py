@@ -27,7 +27,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
-from crawler.errors import CrawlerError
+from crawler.config.brokers import redis_database_problem
+from crawler.config.redact import redact
+from crawler.errors import ConfigError, CrawlerError
 
 SOCKET_TIMEOUT = 10.0  # a reply slower than this means Redis (or the path to it) is in trouble
 CONNECT_TIMEOUT = 5.0
@@ -136,6 +138,8 @@ def connect(url: str, *, sentinel_master: str | None = None, **overrides: Any) -
     if is_cluster(url):
         return _connect_cluster(url, options)
     if not is_sentinel(url):
+        if problem := redis_database_problem(url):
+            raise ConfigError(f"Redis URL {redact(url)!r}: {problem}")
         return Redis.from_url(url, **options)
     if sentinel_master is None:
         from crawler.config.settings import Settings  # read only for this rarer form

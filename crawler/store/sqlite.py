@@ -16,6 +16,7 @@ from crawler.store.base import (
     BeforeCommit,
     JobDefinition,
     PageRecord,
+    StoreRefused,
 )
 from crawler.store.sql import SQLITE, Sql, job_params, write_extras
 
@@ -39,7 +40,14 @@ class SQLiteStore:
         # isolation_level=None: transactions are explicit, BEGIN IMMEDIATE takes the write lock
         # up front so two workers never deadlock upgrading a read lock.
         self.conn = sqlite3.connect(path, timeout=60, isolation_level=None, check_same_thread=False)
-        self.conn.execute("PRAGMA journal_mode=WAL")
+        try:
+            self.conn.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.OperationalError:
+            self.conn.close()
+            raise
+        except sqlite3.DatabaseError as exc:  # not an SQLite file, or a damaged one: waiting will not help
+            self.conn.close()
+            raise StoreRefused(f"store {path}: {exc}") from None
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.execute("PRAGMA busy_timeout=60000")
         for statement in SQL.schema:

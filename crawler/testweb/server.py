@@ -78,6 +78,9 @@ class TestWeb:
     def __init__(self, model: WebModel, *, base_ip: str = "127.0.1.", first: int = 1, filler: int = 0,
                  articles: bool = False, noisy: int = 0) -> None:
         self.model = model
+        if not (first >= 1 and first + model.sites - 1 <= 254):
+            # 127.0.1.256 is no address: it would be looked up as a host name.
+            raise ValueError(f"{model.sites} sites from {base_ip}{first} run past {base_ip}254")
         self.ips = [f"{base_ip}{first + i}" for i in range(model.sites)]
         self.filler = filler  # bytes of padding text per page, for realistic sizes
         self.articles = articles  # each page carries an article (heading, paragraphs): main text to extract

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import redis
 
 from crawler import jobs
@@ -335,3 +336,43 @@ def test_a_crawl_of_a_loopback_site_without_allow_net_says_how_to_allow_it(
     assert res.returncode == 0, res.stderr[-2000:]
     assert "1 fetches refused as private or loopback addresses; --allow-net CIDR allows a network" in res.stderr
     assert not web.hits()
+
+
+def test_what_a_new_user_got_wrong_is_one_line_each(redis_url: str, tmp_path: Path) -> None:
+    # Found by running the product as a new user would: each of these printed a traceback, or
+    # passed the checks and killed the workers later.
+    def one_line_failure(res: subprocess.CompletedProcess[str], code: int, says: str) -> None:
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode == code and len(lines) == 1 and says in lines[0] and len(lines[0]) < 400, res.stderr
+
+    base = redis_url.rsplit("/", 1)[0]
+    one_line_failure(cli("jobs", "--redis-url", f"{base}/99"), 2, "names a database that server does not have")
+    one_line_failure(cli("status", "x", "--redis-url", f"{base}/abc"), 2, "must be a number")
+    one_line_failure(cli("crawl", "http://127.0.9.200:9/", "--out", str(tmp_path / "o"), "--redis-url",
+                         f"{base}?db=x", env=no_private_redis_env()), 2, "must be a number")
+    out = tmp_path / "garbage"
+    out.mkdir()
+    (out / "crawl.db").write_bytes(b"this is not an SQLite database at all" * 100)
+    one_line_failure(cli("export", str(out)), 2, "file is not a database")
+    one_line_failure(cli("crawl", "http://127.0.9.200:9/", "--out", str(out), "--redis-url", redis_url),
+                     2, "file is not a database")
+    for sites in ("0", "-1", "255", "many"):
+        one_line_failure(cli("demo", "--sites", sites, "--out", str(tmp_path / "d")), 2, "--sites")
+    one_line_failure(cli("demo", "--pages", "10000000", "--out", str(tmp_path / "d")), 2, "--pages")
+    one_line_failure(cli("status", "x", "--redis-url", "sentinel://127.0.0.1:1"), 1, "cannot reach Redis")
+
+
+def test_a_crawl_whose_workers_fail_leaves_its_job_stopped_saying_why(r: redis.Redis, redis_url: str, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from crawler import embedded
+
+    def check(self: object) -> None:
+        raise embedded.CrawlFailed("worker 1 exited with status 1; see worker-1.log")
+
+    monkeypatch.setattr(embedded.WorkerProcesses, "check", check)
+    with pytest.raises(embedded.CrawlFailed):
+        embedded.crawl(Settings.from_env(redis_url=redis_url, workers=1), ["http://127.0.9.200:9/"],
+                       str(tmp_path / "out"), poll=0.05)
+    (job_id,) = jobs.known(r)
+    st = jobs.status(r, job_id)
+    assert st["status"] == jobs.STOPPED and "worker 1 exited" in st.get("error", ""), st
