@@ -17,7 +17,7 @@ from crawler.config.redact import redact
 from crawler.config.schedule import parse_duration
 from crawler.config.settings import Settings
 from crawler.embedded import crawl
-from crawler.errors import Reason
+from crawler.errors import ConfigError, Reason
 from crawler.local.signals import exit_status
 from crawler.spiders.run import CAP_BYTES, CAP_COUNT
 from crawler.testweb import TestWeb, WebModel
@@ -68,6 +68,8 @@ EMBEDDED_SHARDS = "1"
 
 
 def cmd_crawl(args: argparse.Namespace) -> int:
+    if not args.out.strip():
+        raise ConfigError("--out names no directory (it would write into this one)")
     # ``demo`` has none of the job flags: what it does not set, the settings' defaults decide.
     if getattr(args, "shards", None) is None and "CRAWLER_SHARDS" not in os.environ:
         args.shards = EMBEDDED_SHARDS
@@ -134,6 +136,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Serve the synthetic web on loopback and crawl it: the whole system, no network needed."""
+    if args.shop and args.quotes:
+        raise ConfigError("give --shop or --quotes, not both")
+    if args.path != "/" and not args.quotes:
+        raise ConfigError("--path is the quotes site's seed path: it needs --quotes")
+    if (args.spider or args.spider_args) and not (args.shop or args.quotes):
+        raise ConfigError("--spider and --spider-arg go with --shop or --quotes")
     if args.shop:
         return _demo_shop(args)
     if args.quotes:

@@ -360,6 +360,10 @@ def test_what_a_new_user_got_wrong_is_one_line_each(redis_url: str, tmp_path: Pa
         one_line_failure(cli("demo", "--sites", sites, "--out", str(tmp_path / "d")), 2, "--sites")
     one_line_failure(cli("demo", "--pages", "10000000", "--out", str(tmp_path / "d")), 2, "--pages")
     one_line_failure(cli("status", "x", "--redis-url", "sentinel://127.0.0.1:1"), 1, "cannot reach Redis")
+    one_line_failure(cli("crawl", "http://127.0.9.200:9/", "--out", " "), 2, "--out names no directory")
+    one_line_failure(cli("demo", "--shop", "--quotes"), 2, "not both")
+    one_line_failure(cli("demo", "--path", "/login"), 2, "needs --quotes")
+    one_line_failure(cli("demo", "--spider", "x.py:S"), 2, "go with --shop or --quotes")
 
 
 def test_a_crawl_whose_workers_fail_leaves_its_job_stopped_saying_why(r: redis.Redis, redis_url: str, tmp_path: Path,
