@@ -5,6 +5,7 @@ get a random one for the run, so a crawl that logs in keeps its cookies sealed i
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import signal
@@ -30,10 +31,12 @@ from crawler.local.redis_server import RedisServer
 from crawler.local.signals import StopSignals, stop_in
 from crawler.render.browser import chromium_path
 from crawler.spiders.loader import PATHS_ENV, prepare_local
-from crawler.state.conn import OUTAGE_GRACE, check_version, connect, is_cluster, through_outage
+from crawler.state.conn import OUTAGE, OUTAGE_GRACE, check_version, connect, is_cluster, through_outage
 from crawler.store import open_store
 from crawler.store.export import write_feed
 from crawler.store.place import StoreNotAllowed, place_dir, place_store
+
+log = logging.getLogger(__name__)
 
 Progress = Callable[[dict[str, Any], float], None]
 
@@ -54,13 +57,17 @@ class Outcome:
 
 
 def _stop_failed(client: redis.Redis | None, job_id: str, exc: BaseException) -> None:
-    if client is None or not job_id:
+    """Stop the job of a crawl that failed, unless it had ended (a failure after its end, writing
+    the items' feed, say) or Redis is what failed (asking it again would only wait longer)."""
+    if client is None or not job_id or isinstance(exc, OUTAGE):
         return
     try:
+        if jobs.raw_status(client, job_id) in jobs.FINISHED:
+            return
         jobs.stop(client, job_id, error=redact(f"crawler crawl failed: {type(exc).__name__}: {exc}")[:300],
                   by="crawler crawl")
-    except redis.RedisError:
-        pass  # the Redis that failed the crawl, perhaps: the error being raised is the one to show
+    except Exception as err:  # the error being raised is the one to show
+        log.warning("crawler crawl: could not stop job %s after its failure: %s", job_id, err)
 
 
 def worker_command(queues: Sequence[str], name: str, logfile: str | None = None,
@@ -221,7 +228,9 @@ def crawl(settings: Settings, seeds: list[str], out_dir: str, progress: Progress
             stop = stop_in(exc)
             if stop is None and not isinstance(exc, KeyboardInterrupt):
                 # Its workers are going: a job left running would wait for ever in that Redis
-                # (``status --wait`` with it), so it ends stopped, saying why.
+                # (``status --wait`` with it), so it ends stopped, saying why. Signals from
+                # here on are noted, not raised: the failure is what the caller must see.
+                signals.hold()
                 _stop_failed(client, job_id, exc)
                 raise
             signals.hold()

@@ -142,6 +142,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise ConfigError("--path is the quotes site's seed path: it needs --quotes")
     if (args.spider or args.spider_args) and not (args.shop or args.quotes):
         raise ConfigError("--spider and --spider-arg go with --shop or --quotes")
+    if args.sites * args.pages > DEMO_MAX_WEB:
+        raise ConfigError(f"--sites x --pages is {args.sites * args.pages:,} pages; the demo's web is built in "
+                          f"memory (about 2 KB a page) and holds at most {DEMO_MAX_WEB:,}")
     if args.shop:
         return _demo_shop(args)
     if args.quotes:
@@ -161,6 +164,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # The demo's sites are 127.0.1.1 to 127.0.1.254; its web is built in memory before it is served.
 DEMO_MAX_SITES = 254
 DEMO_MAX_PAGES = 20_000
+DEMO_MAX_WEB = 200_000  # pages in all
 
 
 def _within(low: int, high: int) -> Callable[[str], int]:

@@ -50,13 +50,17 @@ def _shard(queue: str) -> int | None:
 
 
 def redis_database_problem(url: str) -> str:
-    """Why the database number of a ``redis://`` or ``rediss://`` URL (its path, or ``?db=``)
-    cannot be used, or "": redis-py takes any text and Celery's workers then die on it."""
+    """Why the database number of a ``redis://``, ``rediss://`` or ``unix://`` URL (its path, or
+    ``?db=``) cannot be used, or "": redis-py takes any text and Celery's workers then die on it.
+    Never quotes what could be part of a password."""
     scheme, _, _ = url.partition("://")
-    if scheme not in ("redis", "rediss"):
+    if scheme not in ("redis", "rediss", "unix"):
         return ""
     parts = urlsplit(url)
-    found = [("path", parts.path.strip("/"))] if parts.path.strip("/") else []
+    if "@" in parts.path + parts.query + parts.fragment:
+        # What looks like a path is the rest of a password: it must not be shown.
+        return "its user name or password holds / ? # or @, which must be percent-encoded (%2F %3F %23 %40)"
+    found = [("path", parts.path.strip("/"))] if parts.path.strip("/") and scheme != "unix" else []
     found += [("db=", v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k == "db"]
     for where, raw in found:
         if not (raw.isascii() and raw.isdigit()):
@@ -92,7 +96,7 @@ def parse_brokers(spec: str, default: str, sentinel_master: str = "mymaster") ->
             if hashmark:
                 raise BrokerError(f"broker {redact(part)!r}: only a sentinel:// broker takes a #master-name")
             if problem := redis_database_problem(url):
-                raise BrokerError(f"broker {redact(part)!r}: {problem}")
+                raise BrokerError(f"broker {len(out) + 1} of the list: {problem}")
             out.append(Broker(url))
     seen: set[str] = set()
     for b in out:

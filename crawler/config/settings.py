@@ -17,7 +17,6 @@ from typing import Any
 
 from crawler.config.brokers import parse_brokers, redis_database_problem
 from crawler.config.credentials import parse_auth, parse_header
-from crawler.config.redact import redact
 from crawler.config.scope import url_patterns
 from crawler.errors import ConfigError, shown
 
@@ -361,7 +360,7 @@ def _check_field(f: dataclasses.Field[Any], value: Any) -> None:
             if scheme not in schemes:
                 raise _bad(name, f"must be a {' or '.join(s + '://' for s in schemes)} URL", value)
             if name == "redis_url" and (problem := redis_database_problem(value)):
-                raise _bad(name, problem, redact(value))
+                raise SettingError(f"setting {name}: {problem}")
         if name == "dedup" and value not in ("auto", "bloom", "set"):
             raise _bad(name, "must be auto, bloom or set", value)
         if name == "extract" and value not in EXTRACT_FORMATS:

@@ -88,31 +88,61 @@ INIT_SCRIPT = """(() => {
   };
   w.clearTimeout = function (id) { pending.delete(id); return clearT.call(w, id); };
   w.clearInterval = function (id) { pending.delete(id); return clearI.call(w, id); };
-  let asked = 0;
-  const answered = () => { asked--; last = now(); };
+  // Each request its own token, settled once: one XHR object sent again from its onload has two
+  // requests out under one listener otherwise. A token counts for TIMER_WAIT after it was asked:
+  // by then the route handler has the request (and holds the reading itself), and a request
+  // nothing ever answers (an XHR re-opened while out) does not hold the page to its deadline.
+  const asked = new Map(), then = Promise.prototype.then, live = new WeakMap();
+  let seq = 0;
+  const ask = () => {
+    const t = ++seq;
+    asked.set(t, now());
+    return () => { if (asked.delete(t)) last = now(); };
+  };
+  const waiting = () => {
+    for (const [t, at] of asked) { if (now() - at > TIMER_WAIT_MS) asked.delete(t); }
+    return asked.size;
+  };
   if (typeof w.fetch === "function") {
     const f = w.fetch;
     w.fetch = function () {
-      asked++;
+      const done = ask();
       let p;
-      try { p = f.apply(this, arguments); } catch (e) { answered(); throw e; }
-      p.then(answered, answered);
+      try { p = f.apply(this, arguments); } catch (e) { done(); throw e; }
+      then.call(p, done, done);
       return p;
     };
   }
   if (w.XMLHttpRequest) {
-    const send = w.XMLHttpRequest.prototype.send;
-    w.XMLHttpRequest.prototype.send = function () {
-      asked++;
-      this.addEventListener("loadend", answered, {once: true});
-      try { return send.apply(this, arguments); } catch (e) {
-        this.removeEventListener("loadend", answered);
-        answered();
+    const x = w.XMLHttpRequest.prototype, open = x.open, send = x.send;
+    x.open = function () {
+      const done = live.get(this);  // a request still out is dropped without a loadend
+      if (done) { live.delete(this); done(); }
+      return open.apply(this, arguments);
+    };
+    x.send = function () {
+      const xhr = this, done = ask();
+      // A request's own end comes with the object done (4); one re-sent from its onload still
+      // gets the first request's loadend, while the second is out (1).
+      const end = () => {
+        if (xhr.readyState !== 4) return;
+        xhr.removeEventListener("loadend", end);
+        if (live.get(xhr) === done) live.delete(xhr);
+        done();
+      };
+      try {
+        xhr.addEventListener("loadend", end);
+        const r = send.apply(xhr, arguments);
+        live.set(xhr, done);  // after: a second send() that throws leaves the first request's
+        return r;
+      } catch (e) {
+        try { xhr.removeEventListener("loadend", end); } catch (e2) {}
+        done();
         throw e;
       }
     };
   }
-  Object.defineProperty(w, "__crawlerQuiet", {value: () => pending.size || asked > 0 ? -1 : (now() - last) / 1000});
+  Object.defineProperty(w, "__crawlerQuiet", {value: () => pending.size || waiting() ? -1 : (now() - last) / 1000});
 })();""".replace("TIMER_WAIT_MS", str(round(TIMER_WAIT * 1000)))
 # Seconds since the document last changed or a request was answered, -1 while a timer it waits
 # for or a request its scripts made is pending.

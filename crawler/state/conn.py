@@ -28,7 +28,6 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from crawler.config.brokers import redis_database_problem
-from crawler.config.redact import redact
 from crawler.errors import ConfigError, CrawlerError
 
 SOCKET_TIMEOUT = 10.0  # a reply slower than this means Redis (or the path to it) is in trouble
@@ -64,13 +63,18 @@ def is_sentinel(url: str) -> bool:
 def parse_sentinel(url: str) -> SentinelURL:
     sentinels: list[tuple[str, int]] = []
     db, username, password = 0, None, None
-    for part in url.split(";"):
+    for n, part in enumerate(url.split(";"), 1):
         u = urlsplit(part.strip())
+        # Neither message quotes the URL: a password holding "/" would show through.
         if u.scheme != "sentinel" or not u.hostname:
-            raise ValueError(f"not a sentinel://host:port URL: {part!r}")
+            raise ConfigError(f"sentinel {n} of the URL is not a sentinel://host:port URL")
         sentinels.append((u.hostname, u.port or SENTINEL_PORT))
-        if u.path.strip("/"):
-            db = int(u.path.strip("/"))
+        path = u.path.strip("/")
+        if path:
+            if not (path.isascii() and path.isdigit()):
+                raise ConfigError(f"sentinel {n} of the URL: its database must be a number, as in "
+                                  "sentinel://host:26379/0 (percent-encode / ? # @ in a password)")
+            db = int(path)
         if u.password is not None:
             username, password = (unquote(u.username) if u.username else None), unquote(u.password)
     return SentinelURL(tuple(sentinels), db, username, password)
@@ -139,7 +143,7 @@ def connect(url: str, *, sentinel_master: str | None = None, **overrides: Any) -
         return _connect_cluster(url, options)
     if not is_sentinel(url):
         if problem := redis_database_problem(url):
-            raise ConfigError(f"Redis URL {redact(url)!r}: {problem}")
+            raise ConfigError(f"the Redis URL: {problem}")
         return Redis.from_url(url, **options)
     if sentinel_master is None:
         from crawler.config.settings import Settings  # read only for this rarer form

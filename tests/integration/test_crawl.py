@@ -359,6 +359,8 @@ def test_what_a_new_user_got_wrong_is_one_line_each(redis_url: str, tmp_path: Pa
     for sites in ("0", "-1", "255", "many"):
         one_line_failure(cli("demo", "--sites", sites, "--out", str(tmp_path / "d")), 2, "--sites")
     one_line_failure(cli("demo", "--pages", "10000000", "--out", str(tmp_path / "d")), 2, "--pages")
+    one_line_failure(cli("demo", "--sites", "254", "--pages", "20000", "--out", str(tmp_path / "d")), 2,
+                     "holds at most 200,000")
     one_line_failure(cli("status", "x", "--redis-url", "sentinel://127.0.0.1:1"), 1, "cannot reach Redis")
     one_line_failure(cli("crawl", "http://127.0.9.200:9/", "--out", " "), 2, "--out names no directory")
     one_line_failure(cli("demo", "--shop", "--quotes"), 2, "not both")
@@ -380,3 +382,18 @@ def test_a_crawl_whose_workers_fail_leaves_its_job_stopped_saying_why(r: redis.R
     (job_id,) = jobs.known(r)
     st = jobs.status(r, job_id)
     assert st["status"] == jobs.STOPPED and "worker 1 exited" in st.get("error", ""), st
+
+
+def test_a_failure_after_the_jobs_end_or_of_redis_itself_leaves_the_job_as_it_was(r: redis.Redis,
+                                                                                  tmp_path: Path) -> None:
+    from crawler import embedded
+
+    job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{tmp_path / 'c.db'}"), ["http://127.0.9.200:9/"])
+    jobs.write_meta(r, job_id, {"status": jobs.DONE, "finished_at": 1.0})
+    embedded._stop_failed(r, job_id, OSError(28, "No space left on device"))  # writing the feed, say
+    assert (jobs.raw_status(r, job_id), r.hget(keys.meta(job_id), "finished_at")) == (jobs.DONE, b"1.0")
+    jobs.write_meta(r, job_id, {"status": jobs.RUNNING})
+    embedded._stop_failed(r, job_id, redis.ConnectionError("gone"))  # asking again would only wait
+    assert jobs.raw_status(r, job_id) == jobs.RUNNING
+    embedded._stop_failed(r, job_id, embedded.CrawlFailed("worker 2 exited"))
+    assert jobs.raw_status(r, job_id) == jobs.STOPPED

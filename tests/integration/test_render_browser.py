@@ -280,6 +280,36 @@ def test_a_request_the_browser_hands_over_late_still_holds_the_reading(browser: 
         data.server_close()
 
 
+def test_xhrs_sent_again_reopened_or_sent_twice_let_the_page_settle(browser: Browser) -> None:
+    # One XHR object sent again from its onload, one re-opened while out (no loadend for the
+    # first), one sent twice (the second throws): each once held the reading to its deadline.
+    data = _Timed("127.0.4.45")
+    host = f"127.0.4.45:{data.server_address[1]}"
+    try:
+        page = (b"<title>t</title><p id=a></p><p id=b></p><p id=c></p><script>"
+                b"const a = new XMLHttpRequest(); let n = 0;"
+                b"a.onload = () => { n++; if (n < 2) { a.open('GET', '/a2'); a.send(); }"
+                b" else { document.getElementById('a').textContent = 'a' + n; } };"
+                b"a.open('GET', '/a1'); a.send();"
+                b"const b = new XMLHttpRequest(); b.open('GET', '/b1'); b.send();"
+                b"setTimeout(() => {"
+                b" b.onload = () => { document.getElementById('b').textContent = 'b' + b.responseText; };"
+                b" b.open('GET', '/b2'); b.send(); }, 100);"
+                b"const c = new XMLHttpRequest();"
+                b"c.onload = () => { document.getElementById('c').textContent = 'c' + c.responseText; };"
+                b"c.open('GET', '/c'); c.send(); try { c.send(); } catch (e) {}"
+                b"</script>")
+        late = _LateRoute(f"http://{host}/", page, "text/html; charset=utf-8", runtime().fetcher(CONFIG), CONFIG,
+                          None, HostTurns(4, 0.0), Counter())
+        rendered = run(browser.render(late.url, late, 8.0, 0.3))
+        assert rendered.error == "", rendered.error
+        for want in ('<p id="a">a2</p>', '<p id="b">bok</p>', '<p id="c">cok</p>'):
+            assert want in rendered.html, rendered.html
+    finally:
+        data.shutdown()
+        data.server_close()
+
+
 def test_pages_bound_for_the_browser_are_held_for_the_rounds_their_batch_takes(r: redis.Redis) -> None:
     s = Settings.from_env(render="always", render_pages=4, render_timeout=10.0, lease_timeout=60.0, shards=1)
     job_id = jobs.submit(r, s, ["http://127.0.4.50/"])

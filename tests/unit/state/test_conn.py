@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from crawler.celeryapp.config import brokers, sentinel_options
+from crawler.config.brokers import redis_database_problem
 from crawler.config.settings import SettingError, Settings
 from crawler.state.conn import (
     SENTINEL_PORT,
@@ -27,6 +28,26 @@ def test_the_kombu_form_gives_every_sentinel_the_database_and_the_password() -> 
     assert is_sentinel(URL) and not is_sentinel("redis://h:6379/0")
     with pytest.raises(ValueError, match="not a sentinel"):
         parse_sentinel("sentinel://h:1;redis://h:2")
+    with pytest.raises(ValueError, match="database must be a number"):
+        parse_sentinel("sentinel://h:1;sentinel://h:2/abc")
+    with pytest.raises(ValueError, match="sentinel 1 of the URL") as caught:
+        parse_sentinel("sentinel://:Zx9/Kq7+tail@h:1/0")  # a password holding "/": the rest reads as a path
+    assert "Kq7" not in str(caught.value) and "tail" not in str(caught.value)
+
+
+def test_a_redis_urls_database_must_be_a_number_and_a_password_never_shows() -> None:
+    for url in ("redis://h:6379/0", "redis://h:6379", "redis://h/", "rediss://:p@h/15?ssl_cert_reqs=none",
+                "unix:///tmp/r.sock?db=2", "unix:///tmp/r.sock"):
+        assert redis_database_problem(url) == "", url
+    for url in ("redis://h:6379/abc", "redis://h/1?db=x", "unix:///tmp/r.sock?db=abc"):
+        assert "must be a number" in redis_database_problem(url), url
+    secret = "redis://:Zx9/Kq7+secretTail@127.0.0.1:1/0"
+    for attempt in (lambda: Settings.from_env({"CRAWLER_REDIS_URL": secret}),
+                    lambda: Settings.from_env({"CRAWLER_BROKER_URL": f"redis://h/0,{secret}"}),
+                    lambda: connect(secret)):
+        with pytest.raises(ValueError, match="percent-encoded") as caught:
+            attempt()
+        assert "Kq7" not in str(caught.value) and "secretTail" not in str(caught.value)
 
 
 def test_a_sentinel_url_is_a_setting_and_gives_celery_the_master_name() -> None:
