@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from functools import lru_cache
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import tldextract
 from w3lib.url import canonicalize_url
@@ -244,6 +244,33 @@ def query_variant(url: str, of: str) -> bool:
         return False
     a, b = url.split("?", 1)[0], of.split("?", 1)[0]
     return a == b
+
+
+_PAGE_NUMBER_RE = re.compile(r"\d{1,6}")  # a page, offset or count; a numeric session id is longer
+
+
+def paged_variant(url: str, of: str) -> bool:
+    """True if two query variants (``query_variant``) differ only in parameters whose values are
+    small numbers on each side that has them (``/list?page=2`` and ``/list?page=1``, or ``/list``
+    and ``/list?page=2``): pagination, whose pages share a template and little else, not a trap."""
+    mine, theirs = _params(url), _params(of)
+    differ = [n for n in mine.keys() | theirs.keys() if mine.get(n) != theirs.get(n)]
+    return bool(differ) and all(_PAGE_NUMBER_RE.fullmatch(v) for n in differ
+                                for v in (*mine.get(n, ()), *theirs.get(n, ())))
+
+
+def _params(url: str) -> dict[str, tuple[str, ...]]:
+    found: dict[str, list[str]] = {}
+    for name, value in parse_qsl(urlsplit(url).query, keep_blank_values=True):
+        found.setdefault(name, []).append(value)
+    return {n: tuple(v) for n, v in found.items()}
+
+
+def query_trap(url: str, of: str) -> bool:
+    """True if ``url``, a near-duplicate of ``of``, is the same page under another session id,
+    token or sort order (``query_variant``, but not ``paged_variant``): its links are the
+    original's plus the next variant's, and following them is how such traps grow."""
+    return query_variant(url, of) and not paged_variant(url, of)
 
 
 def in_scope(url: str, allowed: frozenset[str]) -> bool:

@@ -64,9 +64,9 @@ class Request:
     ``Request(url, callback="parse_author", cb_kwargs={...}, meta={...}, method="POST",
     headers={...}, body=b"...", priority=0, dont_filter=False, errback="on_fail")``. A callback
     or errback given as a bound method is stored by its name; a ``str`` body is encoded UTF-8;
-    ``cb_kwargs`` and ``meta`` must be JSON-able (else the request is a counted
-    ``spider_error:request_not_json``). ``page.follow(href, ...)`` builds one resolved against
-    the page."""
+    ``cb_kwargs`` and ``meta`` must be JSON-able, tuples and non-string keys included, which
+    arrive as given (else the request is a counted ``spider_error:request_not_json``).
+    ``page.follow(href, ...)`` builds one resolved against the page."""
 
     url: str
     callback: str | None = None
@@ -167,9 +167,9 @@ def spec_dict(req: Request, *, with_url: bool = False) -> dict[str, Any]:
         except UnicodeDecodeError:
             d["b64"] = base64.b64encode(req.body).decode()
     if req.cb_kwargs:
-        d["kw"] = dict(req.cb_kwargs)
+        d["kw"] = _tagged(dict(req.cb_kwargs))
     if req.meta:
-        d["meta"] = dict(req.meta)
+        d["meta"] = _tagged(dict(req.meta))
     if req.priority:
         d["p"] = req.priority
     if req.dont_filter:
@@ -195,8 +195,37 @@ def from_spec(spec: str | bytes | Mapping[str, Any] | None, url: str | None = No
     elif "b64" in d:
         body = base64.b64decode(d["b64"])
     return Request(strip_mark(u), d.get("cb"), d.get("m", "GET"), d.get("h") or {}, body,
-                   d.get("kw") or {}, d.get("meta") or {}, int(d.get("p", 0)), bool(d.get("df", 0)),
-                   d.get("eb"))
+                   _untagged(d.get("kw") or {}), _untagged(d.get("meta") or {}), int(d.get("p", 0)),
+                   bool(d.get("df", 0)), d.get("eb"))
+
+
+# What JSON alone would change on the way (Scrapy hands a callback its cb_kwargs as they were
+# given): a tuple arrives a tuple, and a dict whose keys are not all strings keeps its keys.
+_TUPLE, _PAIRS = "__tuple__", "__pairs__"
+
+
+def _tagged(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return {_TUPLE: [_tagged(x) for x in v]}
+    if isinstance(v, list):
+        return [_tagged(x) for x in v]
+    if isinstance(v, dict):
+        if all(isinstance(k, str) for k in v) and _TUPLE not in v and _PAIRS not in v:
+            return {k: _tagged(x) for k, x in v.items()}
+        return {_PAIRS: [[_tagged(k), _tagged(x)] for k, x in v.items()]}
+    return v
+
+
+def _untagged(v: Any) -> Any:
+    if isinstance(v, list):
+        return [_untagged(x) for x in v]
+    if isinstance(v, dict):
+        if len(v) == 1 and _TUPLE in v and isinstance(v[_TUPLE], list):
+            return tuple(_untagged(x) for x in v[_TUPLE])
+        if len(v) == 1 and _PAIRS in v and isinstance(v[_PAIRS], list):
+            return {_untagged(k): _untagged(x) for k, x in v[_PAIRS]}
+        return {k: _untagged(x) for k, x in v.items()}
+    return v
 
 
 # --- keys: how the frontier and dedup see a request ---

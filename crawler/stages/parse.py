@@ -22,7 +22,7 @@ from crawler.spiders.run import HookResult, allowed, overrides, request_spec, ru
 from crawler.stages.context import Context
 from crawler.stages.messages import FetchedPage, LinkGroup, groups_to_json
 from crawler.state.jobconf import Job
-from crawler.urls import canonicalize, domain_of, query_variant
+from crawler.urls import canonicalize, domain_of, query_trap
 
 # Pages a browser rendered are parsed as UTF-8 (the DOM is serialised so), whatever the response said.
 RENDERED_TYPE = "text/html; charset=utf-8"
@@ -168,6 +168,7 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
             annotated[page.url] = dataclasses.replace(page, near_duplicate_of=original)
             near += original is not None
     spider_allows = spider if spider is not None and overrides(spider, "allow") else None
+    spider_chooses = spider is not None and not spider.follow_links  # every link it follows, it yielded
     denied_spider = 0
     for page in annotated.values():
         child_depth = page.depth + 1
@@ -176,16 +177,17 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
         original = page.near_duplicate_of
         if original and not s.follow_near_duplicates:
             continue
-        if original and query_variant(page.url, original):
-            # The same page again under another session id or sort order: its links are the
-            # original's, plus the next variant's, and following them is how such traps grow.
-            query_traps += 1
+        specs = page_specs.get(page.url) or {}
+        # The same page again under another session id or sort order: only the requests a
+        # spider yields from it are followed (its own choice: a next cursor, say).
+        trapped = original is not None and query_trap(page.url, original) and not spider_chooses
+        query_traps += trapped
+        if trapped and not specs:
             continue
         by_shard: dict[int, list[str]] = defaultdict(list)
         keep = unnoisy.get(page.url)
-        specs = page_specs.get(page.url) or {}
         for link in page.outlinks:
-            if keep is not None and link not in keep and link not in specs:
+            if link not in specs and (trapped or (keep is not None and link not in keep)):
                 continue
             url = strip_mark(link) if specs and MARK in link else link
             if job.allowed and domain_of(url) not in job.allowed:

@@ -97,7 +97,7 @@ def admission(reqs: Sequence[Request], job: Job, ctx: Context, live: StartReques
         if spec is None:
             continue
         key = request_key(req, canon, f"start:{position}")  # the same after a takeover re-reads it
-        out[key] = Entry(key, 0, "", 0, spec, urgent_spec(spec))
+        out.setdefault(key, Entry(key, 0, "", 0, spec, urgent_spec(spec)))  # the first wins, as in Scrapy
     return list(out.values())
 
 

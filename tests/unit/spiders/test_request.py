@@ -259,3 +259,14 @@ def test_warc_request_records_say_the_method_and_body_a_spider_asked_for() -> No
     # Redirected: the last hop of a POST was a GET; a plain page is a GET.
     assert _method_and_body(PageRecord("u", "j", "f", request=post, redirects=[[302, "u"]])) == ("GET", b"")
     assert _method_and_body(PageRecord("u", "j", "f")) == ("GET", b"")
+
+
+def test_a_spec_keeps_tuples_and_keys_that_json_alone_would_change() -> None:
+    from crawler.spiders.request import from_spec, request, to_spec
+
+    given = {"t": (1, (2, "x")), "d": {1: "one", (2, 3): [4, (5,)]}, "plain": {"a": [1]}, "tag": {"__tuple__": 1}}
+    back = from_spec(to_spec(request("http://e.com/", "cb", cb_kwargs=given, meta={"m": (1,)})), "http://e.com/")
+    assert back.cb_kwargs == given and back.meta == {"m": (1,)}
+    assert isinstance(back.cb_kwargs["t"], tuple) and isinstance(back.cb_kwargs["t"][1], tuple)
+    plain = to_spec(request("http://e.com/", "cb", cb_kwargs={"a": [1, {"b": 2}]}))
+    assert plain == '{"cb":"cb","kw":{"a":[1,{"b":2}]}}'
