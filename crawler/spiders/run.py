@@ -99,9 +99,10 @@ def run_page_hook(spider: Spider, hook: str, page: Page, max_items: int, max_byt
             else:
                 out.counts["spider_error"] += 1
                 out.counts[f"spider_error:{hook}"] += 1
-                log.error("spider %s: %s yielded a %s on %s; yield a dict or dataclass (an item) or "
-                          "a Request (page.follow(url, ...))", type(spider).__qualname__, hook,
-                          type(value).__name__, page.url)
+                if not getattr(value, "crawler_logged", False):
+                    log.error("spider %s: %s yielded a %s on %s; yield a dict or dataclass (an item) or "
+                              "a Request (page.follow(url, ...))", type(spider).__qualname__, hook,
+                              type(value).__name__, page.url)
     except Exception:
         # What it yielded before raising is dropped too: half a page's items would look complete.
         spider_error(out.counts, spider, hook, page.url)

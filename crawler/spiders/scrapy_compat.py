@@ -77,7 +77,9 @@ _SCRAPY_SPIDER_ATTRS = frozenset(dir(scrapy.Spider))
 class NotTranslated:
     """What a Scrapy callback yielded that has no crawler counterpart (a request with ``cookies``,
     a lambda as callback, a meta key a middleware would act on). Passed on as it is, so the page
-    hook runner counts it ``spider_error`` and logs its type; the reason is logged here."""
+    hook runner counts it ``spider_error``; the reason is logged here."""
+
+    crawler_logged = True  # the hook runner counts it without a second line naming an internal type
 
     def __init__(self, reason: str) -> None:
         self.reason = reason

@@ -172,6 +172,20 @@ def test_what_cannot_be_translated_is_counted_not_followed(tmp_path: Path) -> No
     assert "cookies" in reasons and "not a method of the spider" in reasons and "'proxy'" in reasons
 
 
+def test_what_cannot_be_translated_is_logged_once_with_its_reason(tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    from crawler.spiders.run import run_page_hook
+
+    spider = _load(tmp_path)()
+    req = Request("http://h/odd", callback=scrapy_compat.CALLBACK + "odd")
+    with caplog.at_level("ERROR"):
+        got = run_page_hook(spider, req.callback or "", _page(req.url, b"<html></html>", req), 100, 10**6)
+    assert got.counts["spider_error"] == 4  # three requests it cannot follow and a str
+    lines = [r.getMessage() for r in caplog.records]
+    assert not any("NotTranslated" in line for line in lines), lines  # an internal type means nothing to a user
+    assert sum("is not followed" in line for line in lines) == 3 and any("yielded a str" in line for line in lines)
+
+
 @pytest.mark.parametrize("start", [
     'async def start(self):\n        yield scrapy.Request("http://h/a", callback=self.parse, meta={"k": 1})\n'
     '        yield {"from": "start"}',
