@@ -85,13 +85,19 @@ class Page:
     None), ``depth``, ``referrer``; ``request`` (the ``Request`` it answers: its ``callback``,
     ``cb_kwargs``, ``meta``...), ``meta``, ``cb_kwargs``; ``css``/``xpath`` selectors (HTML, or
     XML for XML, RSS, Atom and sitemaps), ``soup``, ``follow``, ``follow_all``, ``urljoin``;
-    ``links``, the links the crawler extracted (HTML pages only)."""
+    ``links``, the links the crawler extracted (HTML pages only); ``protocol``, ``latency`` (the
+    fetch's seconds), ``attempts`` and ``redirects`` (how many were followed)."""
 
     def __init__(self, url: str, *, final_url: str = "", status: int | None = None,
                  headers: Sequence[tuple[str, str]] = (), body: bytes = b"", content_type: str = "",
                  error: str | None = None, depth: int = 0, referrer: str = "",
-                 parsed: ParsedPage | None = None, request: Request | None = None) -> None:
+                 parsed: ParsedPage | None = None, request: Request | None = None, protocol: str = "",
+                 latency: float = 0.0, attempts: int = 1, redirects: int = 0) -> None:
         url = strip_mark(url)
+        self.protocol = protocol  # "HTTP/1.1", "HTTP/2"; "" for a page never fetched
+        self.latency = latency  # seconds the fetch took
+        self.attempts = attempts  # this fetch's number: 2 after one retry
+        self.redirects = redirects  # redirects followed to ``final_url``
         self.url = url
         self.request = request if request is not None else Request(url)
         self.final_url = final_url or url

@@ -278,7 +278,14 @@ class ScrapySpider(Spider):
         cls = responsetypes.from_args(headers=headers, url=url, body=page.body)
         req = self._scrapy_request(_request_of(page), url, depth=page.depth,
                                    redirected=[page.url] if url != page.url else [])
-        return cls(url=url, status=page.status or 200, headers=headers, body=page.body, request=req)
+        # What Scrapy's downloader and middlewares would have written in the request's meta.
+        req.meta["download_latency"] = page.latency
+        if page.attempts > 1:
+            req.meta["retry_times"] = page.attempts - 1
+        if page.redirects:
+            req.meta["redirect_times"] = page.redirects
+        return cls(url=url, status=page.status or 200, headers=headers, body=page.body, request=req,
+                   protocol={"HTTP/2": "h2"}.get(page.protocol, page.protocol) or None)
 
     def _scrapy_request(self, ours: Request, url: str, depth: int = 0,
                         redirected: list[str] | None = None) -> scrapy.Request:

@@ -242,7 +242,9 @@ def hook_page(page: FetchedPage, body: bytes, parsed: ParsedPage | None = None, 
     request it answers."""
     return Page(page.url, final_url=page.final_url, status=page.status, headers=page.headers, body=body,
                 content_type=RENDERED_TYPE if page.rendered_key else page.content_type, error=page.error,
-                depth=page.depth, referrer=page.referrer, parsed=parsed, request=req)
+                depth=page.depth, referrer=page.referrer, parsed=parsed, request=req,
+                protocol=page.http_version if page.status is not None else "", latency=page.elapsed,
+                attempts=max(1, page.attempts), redirects=len(page.redirects))
 
 
 def _errback(spec: str) -> bool:

@@ -177,6 +177,7 @@ class _Shop(QuietHandler):
 
     PAGES = 6
     CURSORS = [secrets.token_hex(12) for _ in range(PAGES)]
+    failed: set[str] = set()  # ``/flaky`` answers 500 once, then 200
 
     def do_GET(self) -> None:
         parts = urlsplit(self.path)
@@ -188,7 +189,12 @@ class _Shop(QuietHandler):
                 f'<a class="next" href="/list?page={n + 1}">Next</a>' if "page" in query
                 else f'<a class="next" href="/list?cursor={self.CURSORS[n]}">Next</a>')
             hw.body(f"<html><body><h2>Shop</h2><ul>{products}</ul>{more}</body></html>".encode())(self)
-        elif parts.path.startswith("/p/"):
+        elif parts.path == "/flaky" and self.path not in self.failed:
+            self.failed.add(self.path)
+            hw.body(b"try again", 500)(self)
+        elif parts.path == "/old":
+            hw.body(b"", 301, headers={"Location": "/p/2"})(self)
+        elif parts.path.startswith("/p/") or parts.path == "/flaky":
             hw.body(hw.html(f"Product {parts.path[3:]}", [], f"<p>{parts.path}</p><p>{ARTICLE}</p>"))(self)
         else:
             hw.body(b"not here", 404)(self)
@@ -304,6 +310,39 @@ def test_cb_kwargs_and_meta_reach_the_callback_as_given(tmp_path: Path) -> None:
                                 spider_paths=[str(tmp_path)]), [], str(tmp_path / "out"))
     items = [json.loads(line) for line in (tmp_path / "out" / "items.jsonl").read_text().splitlines()]
     assert [(i["t"], i["d"], i["at"]) for i in items] == [("(1, 2)", "{1: 'one'}", "(3, 4)")]
+
+
+_META_SPIDER = """
+import scrapy
+
+
+class Meta(scrapy.Spider):
+    name = "meta"
+    custom_settings = {"ROBOTSTXT_OBEY": False}
+
+    def __init__(self, base="", **kw):
+        super().__init__(**kw)
+        self.start_urls = [base + "/flaky", base + "/old"]
+
+    def parse(self, response):
+        m = response.meta
+        yield {"path": response.url.rsplit("/", 1)[1], "protocol": response.protocol,
+               "latency": m["download_latency"] > 0, "retries": m.get("retry_times"),
+               "redirects": m.get("redirect_times")}
+"""
+
+
+def test_a_scrapy_response_carries_what_scrapys_downloader_would_have_written(tmp_path: Path) -> None:
+    spider = tmp_path / "meta.py"
+    spider.write_text(_META_SPIDER)
+    with _shop("127.0.2.12") as origin:
+        crawl(Settings.from_env(spider=f"{spider}:Meta", spider_args=[f"base={origin}"], retry_base=0.2,
+                                spider_paths=[str(tmp_path)]), [], str(tmp_path / "out"))
+    items = sorted((json.loads(line) for line in (tmp_path / "out" / "items.jsonl").read_text().splitlines()),
+                   key=lambda i: str(i["path"]))
+    assert [{k: v for k, v in i.items() if not k.startswith("_")} for i in items] == [
+        {"path": "2", "protocol": "HTTP/1.1", "latency": True, "retries": None, "redirects": 1},
+        {"path": "flaky", "protocol": "HTTP/1.1", "latency": True, "retries": 1, "redirects": None}]
 
 
 def test_of_two_start_requests_for_one_url_the_first_wins_as_in_scrapy(tmp_path: Path) -> None:
