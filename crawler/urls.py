@@ -246,17 +246,18 @@ def query_variant(url: str, of: str) -> bool:
     return a == b
 
 
-_PAGE_NUMBER_RE = re.compile(r"\d{1,6}")  # a page, offset or count; a numeric session id is longer
+_PAGE_NUMBER_RE = re.compile(r"[0-9]{1,5}")  # a page or an offset; a numeric session id is longer
 
 
 def paged_variant(url: str, of: str) -> bool:
-    """True if two query variants (``query_variant``) differ only in parameters whose values are
-    small numbers on each side that has them (``/list?page=2`` and ``/list?page=1``, or ``/list``
-    and ``/list?page=2``): pagination, whose pages share a template and little else, not a trap."""
+    """True if two query variants (``query_variant``) differ in one parameter only, a small number
+    on each side that has it (``/list?page=2`` and ``/list?page=1``, or ``/list`` and
+    ``/list?page=2``): the shape of pagination, whose pages share a template and little else.
+    A trap can take that shape too (an endless "next"): the caller caps how many it follows."""
     mine, theirs = _params(url), _params(of)
     differ = [n for n in mine.keys() | theirs.keys() if mine.get(n) != theirs.get(n)]
-    return bool(differ) and all(_PAGE_NUMBER_RE.fullmatch(v) for n in differ
-                                for v in (*mine.get(n, ()), *theirs.get(n, ())))
+    return len(differ) == 1 and all(_PAGE_NUMBER_RE.fullmatch(v) for v in (*mine.get(differ[0], ()),
+                                                                             *theirs.get(differ[0], ())))
 
 
 def _params(url: str) -> dict[str, tuple[str, ...]]:
@@ -264,13 +265,6 @@ def _params(url: str) -> dict[str, tuple[str, ...]]:
     for name, value in parse_qsl(urlsplit(url).query, keep_blank_values=True):
         found.setdefault(name, []).append(value)
     return {n: tuple(v) for n, v in found.items()}
-
-
-def query_trap(url: str, of: str) -> bool:
-    """True if ``url``, a near-duplicate of ``of``, is the same page under another session id,
-    token or sort order (``query_variant``, but not ``paged_variant``): its links are the
-    original's plus the next variant's, and following them is how such traps grow."""
-    return query_variant(url, of) and not paged_variant(url, of)
 
 
 def in_scope(url: str, allowed: frozenset[str]) -> bool:

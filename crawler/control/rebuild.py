@@ -38,7 +38,7 @@ from crawler.stages import Context, dedup_stage
 from crawler.stages.messages import LinkGroup
 from crawler.state.jobconf import Job
 from crawler.store import JobDefinition, PageStore
-from crawler.urls import domain_of, host_key, query_trap
+from crawler.urls import domain_of, host_key, paged_variant, query_variant
 
 CHUNK = 2000
 
@@ -98,7 +98,13 @@ def _followed(row: _Row, s: Settings, allowed: frozenset[str]) -> list[str]:
     """The outlinks parse would have sent to dedup (see ``stages.parse.parse_stage``)."""
     if row.nofollow or (s.max_depth and row.depth + 1 > s.max_depth):
         return []
-    if row.near_duplicate_of and (not s.follow_near_duplicates or query_trap(row.url, row.near_duplicate_of)):
+    if row.near_duplicate_of and not s.follow_near_duplicates:
+        return []
+    # A trap's page: parse followed only a spider's requests from it, within the variants' cap.
+    # Neither the cap's count nor which plain links the spider yielded is kept: with a spider
+    # its links are followed (the cap holds for the pages they lead to), else none.
+    if (row.near_duplicate_of and not s.spider and query_variant(row.url, row.near_duplicate_of)
+            and not paged_variant(row.url, row.near_duplicate_of)):
         return []
     out = []
     patterns = url_patterns(s.allow_urls, s.deny_urls)

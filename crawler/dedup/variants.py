@@ -84,6 +84,18 @@ class QueryVariants:
                            args=[cap, *(_digest(url) for url, _ in found)])
         return {url for (url, _), ok in zip(found, got, strict=True) if not int(ok)}
 
+    def pages_over_cap(self, job: str, pages: Iterable[tuple[str, str]], cap: int) -> set[str]:
+        """The URLs of ``pages`` ((url, kind) pairs: near-duplicates that are query variants of
+        an earlier page, ``kind`` saying why their links may still be followed) whose group of
+        that kind (host, path and parameter names) already holds ``cap`` other pages. An endless
+        "next" or a spider following a session-id trap stops there."""
+        found = [(url, f"{kind} {_names(url)}") for url, kind in pages]
+        if not found or cap <= 0:
+            return set()
+        got = self._script(keys=[keys.query_variants(job, _digest(group)) for _, group in found],
+                           args=[cap, *(_digest(url) for url, _ in found)])
+        return {url for (url, _), ok in zip(found, got, strict=True) if not int(ok)}
+
     @staticmethod
     def forget(redis: Redis, job: str) -> int:
         """Drop every group's record (a periodic job's new cycle, ``reset-seen``). Returns keys deleted."""

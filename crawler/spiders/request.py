@@ -204,16 +204,21 @@ def from_spec(spec: str | bytes | Mapping[str, Any] | None, url: str | None = No
 _TUPLE, _PAIRS = "__tuple__", "__pairs__"
 
 
-def _tagged(v: Any) -> Any:
+def _tagged(v: Any, within: frozenset[int] = frozenset()) -> Any:
+    """``v`` with its tuples and non-string-keyed dicts tagged; ValueError, as ``json.dumps``
+    gives, for a container inside itself."""
+    if not isinstance(v, (tuple, list, dict)):
+        return v
+    if id(v) in within:
+        raise ValueError("Circular reference detected")
+    inner = within | {id(v)}
     if isinstance(v, tuple):
-        return {_TUPLE: [_tagged(x) for x in v]}
+        return {_TUPLE: [_tagged(x, inner) for x in v]}
     if isinstance(v, list):
-        return [_tagged(x) for x in v]
-    if isinstance(v, dict):
-        if all(isinstance(k, str) for k in v) and _TUPLE not in v and _PAIRS not in v:
-            return {k: _tagged(x) for k, x in v.items()}
-        return {_PAIRS: [[_tagged(k), _tagged(x)] for k, x in v.items()]}
-    return v
+        return [_tagged(x, inner) for x in v]
+    if all(isinstance(k, str) for k in v) and _TUPLE not in v and _PAIRS not in v:
+        return {k: _tagged(x, inner) for k, x in v.items()}
+    return {_PAIRS: [[_tagged(k, inner), _tagged(x, inner)] for k, x in v.items()]}
 
 
 def _untagged(v: Any) -> Any:

@@ -99,7 +99,7 @@ def run_page_hook(spider: Spider, hook: str, page: Page, max_items: int, max_byt
             else:
                 out.counts["spider_error"] += 1
                 out.counts[f"spider_error:{hook}"] += 1
-                if not getattr(value, "crawler_logged", False):
+                if not getattr(type(value), "crawler_logged", False):
                     log.error("spider %s: %s yielded a %s on %s; yield a dict or dataclass (an item) or "
                               "a Request (page.follow(url, ...))", type(spider).__qualname__, hook,
                               type(value).__name__, page.url)

@@ -22,7 +22,7 @@ from crawler.spiders.run import HookResult, allowed, overrides, request_spec, ru
 from crawler.stages.context import Context
 from crawler.stages.messages import FetchedPage, LinkGroup, groups_to_json
 from crawler.state.jobconf import Job
-from crawler.urls import canonicalize, domain_of, query_trap
+from crawler.urls import canonicalize, domain_of, paged_variant, query_variant
 
 # Pages a browser rendered are parsed as UTF-8 (the DOM is serialised so), whatever the response said.
 RENDERED_TYPE = "text/html; charset=utf-8"
@@ -170,24 +170,33 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
     spider_allows = spider if spider is not None and overrides(spider, "allow") else None
     spider_chooses = spider is not None and not spider.follow_links  # every link it follows, it yielded
     denied_spider = 0
-    for page in annotated.values():
+    expanded = [p for p in annotated.values() if not nofollows[p.url] and not (s.max_depth and p.depth >= s.max_depth)
+                and not (p.near_duplicate_of and not s.follow_near_duplicates)]
+    # A near-duplicate of a page of the same path under another query is the same page under
+    # another session id or sort order: its links are the original's plus the next variant's,
+    # and following them is how such traps grow. Two kinds are followed all the same, up to
+    # ``max_query_variants`` pages of a host, path and parameter names: pagination
+    # (``urls.paged_variant``), and a spider's own requests from a page of the other kind.
+    variant_of = {p.url: p.near_duplicate_of for p in expanded
+                  if p.near_duplicate_of and query_variant(p.url, p.near_duplicate_of)}
+    paged = {url for url, of in variant_of.items() if paged_variant(url, of)}
+    capped_variants = ctx.variants.pages_over_cap(
+        job.id, [(url, "paged" if url in paged else "spider") for url in variant_of
+                 if url in paged or spider is not None], s.max_query_variants)
+    for page in expanded:
         child_depth = page.depth + 1
-        if nofollows[page.url] or (s.max_depth and child_depth > s.max_depth):
-            continue
-        original = page.near_duplicate_of
-        if original and not s.follow_near_duplicates:
-            continue
         specs = page_specs.get(page.url) or {}
-        # The same page again under another session id or sort order: only the requests a
-        # spider yields from it are followed (its own choice: a next cursor, say).
-        trapped = original is not None and query_trap(page.url, original) and not spider_chooses
-        query_traps += trapped
-        if trapped and not specs:
+        trapped = page.url in variant_of and page.url not in paged
+        if page.url in capped_variants or (trapped and spider is None):
+            query_traps += 1
             continue
+        query_traps += trapped
+        # From a trap's page, a spider's own requests only (all it follows, for most spiders).
+        only_specs = trapped and not spider_chooses
         by_shard: dict[int, list[str]] = defaultdict(list)
         keep = unnoisy.get(page.url)
         for link in page.outlinks:
-            if link not in specs and (trapped or (keep is not None and link not in keep)):
+            if link not in specs and (only_specs or (keep is not None and link not in keep)):
                 continue
             url = strip_mark(link) if specs and MARK in link else link
             if job.allowed and domain_of(url) not in job.allowed:

@@ -9,6 +9,7 @@ import secrets
 import sqlite3
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import ThreadingHTTPServer
@@ -333,6 +334,7 @@ class Meta(scrapy.Spider):
 
 
 def test_a_scrapy_response_carries_what_scrapys_downloader_would_have_written(tmp_path: Path) -> None:
+    _Shop.failed.clear()
     spider = tmp_path / "meta.py"
     spider.write_text(_META_SPIDER)
     with _shop("127.0.2.12") as origin:
@@ -353,6 +355,85 @@ def test_of_two_start_requests_for_one_url_the_first_wins_as_in_scrapy(tmp_path:
                                 spider_paths=[str(tmp_path)]), [], str(tmp_path / "out"))
     items = [json.loads(line) for line in (tmp_path / "out" / "items.jsonl").read_text().splitlines()]
     assert [i["k"] for i in items] == ["first"]
+
+
+_DAYS = " ".join(f"appointment slot{i} free at noon" for i in range(40))
+
+
+class _NumberTraps(QuietHandler):
+    """Two traps in the shape of pagination: ``/n?visit=<5 digits>`` (a short numeric session
+    id, three new ones a page) and an endless calendar ``/cal?y=..&m=..``."""
+
+    served: list[str] = []
+
+    def do_GET(self) -> None:
+        parts = urlsplit(self.path)
+        q = parse_qs(parts.query)
+        if parts.path == "/":
+            body = hw.html("traps", [f"/n?visit={random.randrange(10**5)}", "/cal?y=2024&m=1"])
+        elif parts.path == "/n":
+            body = hw.html("Your visit", [f"/n?visit={random.randrange(10**5)}" for _ in range(3)], f"<p>{ARTICLE}</p>")
+        elif parts.path == "/cal":
+            y, m = int(q["y"][0]), int(q["m"][0])
+            nxt = f"/cal?y={y + m // 12}&m={m % 12 + 1}"
+            body = hw.html("Calendar", [nxt], f"<p>{_DAYS}</p>")  # text of its own: no near-duplicate of /n
+        else:
+            hw.body(b"not here", 404)(self)
+            return
+        self.served.append(parts.path)
+        hw.body(body)(self)
+
+
+def test_traps_shaped_like_pagination_stop_at_the_variants_cap(tmp_path: Path) -> None:
+    _NumberTraps.served.clear()
+    server = ThreadingHTTPServer(("127.0.2.13", 0), _NumberTraps)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+    try:
+        crawl(Settings.from_env(max_pages=300, max_query_variants=10),
+              [f"http://127.0.2.13:{server.server_address[1]}/"], str(tmp_path / "out"))
+    finally:
+        server.shutdown()
+        server.server_close()
+    served = Counter(_NumberTraps.served)
+    # Each trap expands at most the cap's 10 pages, each giving its links (3 on /n, 1 on /cal);
+    # a page whose random links move its simhash too far is no near-duplicate and adds a few.
+    # Uncapped, both run to max_pages.
+    assert served["/n"] <= 60 and served["/cal"] <= 10 + 3, served
+
+
+_FOLLOW_ALL_SPIDER = """
+import scrapy
+
+
+class FollowAll(scrapy.Spider):
+    name = "followall"
+    custom_settings = {"ROBOTSTXT_OBEY": False}
+
+    def __init__(self, base="", **kw):
+        super().__init__(**kw)
+        self.start_urls = [base + "/"]
+
+    def parse(self, response):
+        yield {"url": response.url}
+        yield from response.follow_all(css="a")
+"""
+
+
+def test_a_scrapy_spider_following_every_link_stops_in_a_session_id_trap_at_the_cap(tmp_path: Path) -> None:
+    _SessionTrap.served.clear()
+    spider = tmp_path / "followall.py"
+    spider.write_text(_FOLLOW_ALL_SPIDER)
+    trap = ThreadingHTTPServer(("127.0.2.14", 0), _SessionTrap)
+    threading.Thread(target=trap.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+    try:
+        outcome = crawl(Settings.from_env(max_pages=300, max_query_variants=10, spider=f"{spider}:FollowAll",
+                                          spider_args=[f"base=http://127.0.2.14:{trap.server_address[1]}"],
+                                          spider_paths=[str(tmp_path)]), [], str(tmp_path / "out"))
+    finally:
+        trap.shutdown()
+        trap.server_close()
+    assert len(_SessionTrap.served) <= 60, len(_SessionTrap.served)  # uncapped: max_pages, 300
+    assert outcome.status["counters"]["dropped_trap:near_duplicate_query"] >= 1
 
 
 ITEMS = [str(uuid.UUID(int=random.Random(7).getrandbits(128) + i)) for i in range(150)]

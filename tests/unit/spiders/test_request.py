@@ -268,5 +268,9 @@ def test_a_spec_keeps_tuples_and_keys_that_json_alone_would_change() -> None:
     back = from_spec(to_spec(request("http://e.com/", "cb", cb_kwargs=given, meta={"m": (1,)})), "http://e.com/")
     assert back.cb_kwargs == given and back.meta == {"m": (1,)}
     assert isinstance(back.cb_kwargs["t"], tuple) and isinstance(back.cb_kwargs["t"][1], tuple)
+    loop: dict[str, Any] = {}
+    loop["self"] = loop
+    with pytest.raises(ValueError, match="Circular"):  # counted request_not_json, as json.dumps had it
+        to_spec(request("http://e.com/", "cb", meta={"ctx": loop}))
     plain = to_spec(request("http://e.com/", "cb", cb_kwargs={"a": [1, {"b": 2}]}))
     assert plain == '{"cb":"cb","kw":{"a":[1,{"b":2}]}}'
