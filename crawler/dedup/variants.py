@@ -77,19 +77,17 @@ class QueryVariants:
 
     def over_cap(self, job: str, links: Iterable[tuple[str, str]], cap: int) -> set[str]:
         """The URLs of ``links`` ((url, referrer) pairs, canonical) refused by the cap."""
-        found = trap_candidates(links)
-        if not found or cap <= 0:
-            return set()
-        got = self._script(keys=[keys.query_variants(job, _digest(group)) for _, group in found],
-                           args=[cap, *(_digest(url) for url, _ in found)])
-        return {url for (url, _), ok in zip(found, got, strict=True) if not int(ok)}
+        return self._refused(job, trap_candidates(links), cap)
 
     def pages_over_cap(self, job: str, pages: Iterable[tuple[str, str]], cap: int) -> set[str]:
         """The URLs of ``pages`` ((url, kind) pairs: near-duplicates that are query variants of
         an earlier page, ``kind`` saying why their links may still be followed) whose group of
         that kind (host, path and parameter names) already holds ``cap`` other pages. An endless
         "next" or a spider following a session-id trap stops there."""
-        found = [(url, f"{kind} {_names(url)}") for url, kind in pages]
+        return self._refused(job, [(url, f"{kind} {_names(url)}") for url, kind in pages], cap)
+
+    def _refused(self, job: str, found: list[tuple[str, str]], cap: int) -> set[str]:
+        """The URLs of ``found`` ((url, group) pairs) that their groups, full at ``cap``, refuse."""
         if not found or cap <= 0:
             return set()
         got = self._script(keys=[keys.query_variants(job, _digest(group)) for _, group in found],

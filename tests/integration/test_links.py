@@ -11,9 +11,10 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from http.server import ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import redis
@@ -22,7 +23,7 @@ from crawler import jobs, stages
 from crawler.config.settings import Settings
 from crawler.dedup import ADMIT_CHUNK, admit_links
 from crawler.dedup.variants import trap_candidates
-from crawler.embedded import crawl
+from crawler.embedded import Outcome, crawl
 from crawler.frontier import Entry, Frontier
 from crawler.stages.messages import LinkGroup, groups_from_json, groups_to_json
 from crawler.state import keys
@@ -202,14 +203,30 @@ class _Shop(QuietHandler):
 
 
 @contextmanager
-def _shop(ip: str) -> Iterator[str]:
-    server = ThreadingHTTPServer((ip, 0), _Shop)
+def _serving(handler: type[QuietHandler], ip: str) -> Iterator[str]:
+    """``handler`` serving on ``ip``: its origin."""
+    server = ThreadingHTTPServer((ip, 0), handler)
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
     try:
         yield f"http://{ip}:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _shop(ip: str) -> AbstractContextManager[str]:
+    return _serving(_Shop, ip)
+
+
+def _spider_crawl(tmp_path: Path, source: str, cls: str, base: str, **settings: Any) -> tuple[Outcome, list[Any]]:
+    """An embedded crawl by the Scrapy spider ``cls`` of ``source`` (given ``base=<origin>``):
+    its outcome and the items of its feed."""
+    spider = tmp_path / f"{cls.lower()}.py"
+    spider.write_text(source)
+    outcome = crawl(Settings.from_env(spider=f"{spider}:{cls}", spider_args=[f"base={base}"],
+                                      spider_paths=[str(tmp_path)], **settings), [], str(tmp_path / "out"))
+    feed = tmp_path / "out" / "items.jsonl"
+    return outcome, [json.loads(line) for line in feed.read_text().splitlines()] if feed.exists() else []
 
 
 def test_a_default_crawl_follows_a_small_shops_pagination(tmp_path: Path) -> None:
@@ -248,13 +265,9 @@ class Cursors(scrapy.Spider):
 def test_a_spiders_own_requests_from_near_duplicate_query_variants_are_followed(tmp_path: Path) -> None:
     # Opaque cursors: to the default crawl, the shape of a session-id trap; a spider that yields
     # the next cursor's request has chosen it, as in Scrapy.
-    spider = tmp_path / "cursors.py"
-    spider.write_text(_CURSOR_SPIDER.replace("CURSOR", repr(_Shop.CURSORS[0])))
     with _shop("127.0.2.9") as origin:
-        outcome = crawl(Settings.from_env(max_pages=100, spider=f"{spider}:Cursors", spider_args=[f"base={origin}"],
-                                          spider_paths=[str(tmp_path)]),
-                        [], str(tmp_path / "out"))
-        items = [json.loads(line) for line in (tmp_path / "out" / "items.jsonl").read_text().splitlines()]
+        outcome, items = _spider_crawl(tmp_path, _CURSOR_SPIDER.replace("CURSOR", repr(_Shop.CURSORS[0])), "Cursors",
+                                       origin, max_pages=100)
     assert sorted(i["product"] for i in items) == sorted(f"Product {i}" for i in range(1, 3 * _Shop.PAGES + 1)), \
         outcome.status["counters"]
 
@@ -304,12 +317,8 @@ class Kwargs(scrapy.Spider):
 def test_cb_kwargs_and_meta_reach_the_callback_as_given(tmp_path: Path) -> None:
     # As in Scrapy: a tuple stays a tuple and an int key an int (JSON alone made them a list and
     # a string, and ``d[1]`` raised in the callback).
-    spider = tmp_path / "kwargs.py"
-    spider.write_text(_KWARGS_SPIDER)
     with _shop("127.0.2.11") as origin:
-        crawl(Settings.from_env(spider=f"{spider}:Kwargs", spider_args=[f"base={origin}"],
-                                spider_paths=[str(tmp_path)]), [], str(tmp_path / "out"))
-    items = [json.loads(line) for line in (tmp_path / "out" / "items.jsonl").read_text().splitlines()]
+        _, items = _spider_crawl(tmp_path, _KWARGS_SPIDER, "Kwargs", origin)
     assert [(i["t"], i["d"], i["at"]) for i in items] == [("(1, 2)", "{1: 'one'}", "(3, 4)")]
 
 
@@ -335,25 +344,17 @@ class Meta(scrapy.Spider):
 
 def test_a_scrapy_response_carries_what_scrapys_downloader_would_have_written(tmp_path: Path) -> None:
     _Shop.failed.clear()
-    spider = tmp_path / "meta.py"
-    spider.write_text(_META_SPIDER)
     with _shop("127.0.2.12") as origin:
-        crawl(Settings.from_env(spider=f"{spider}:Meta", spider_args=[f"base={origin}"], retry_base=0.2,
-                                spider_paths=[str(tmp_path)]), [], str(tmp_path / "out"))
-    items = sorted((json.loads(line) for line in (tmp_path / "out" / "items.jsonl").read_text().splitlines()),
-                   key=lambda i: str(i["path"]))
+        _, items = _spider_crawl(tmp_path, _META_SPIDER, "Meta", origin, retry_base=0.2)
+    items.sort(key=lambda i: str(i["path"]))
     assert [{k: v for k, v in i.items() if not k.startswith("_")} for i in items] == [
         {"path": "2", "protocol": "HTTP/1.1", "latency": True, "retries": None, "redirects": 1},
         {"path": "flaky", "protocol": "HTTP/1.1", "latency": True, "retries": 1, "redirects": None}]
 
 
 def test_of_two_start_requests_for_one_url_the_first_wins_as_in_scrapy(tmp_path: Path) -> None:
-    spider = tmp_path / "twice.py"
-    spider.write_text(_TWICE_SPIDER)
     with _shop("127.0.2.10") as origin:
-        crawl(Settings.from_env(spider=f"{spider}:Twice", spider_args=[f"base={origin}"], allow_domains=["127.0.2.10"],
-                                spider_paths=[str(tmp_path)]), [], str(tmp_path / "out"))
-    items = [json.loads(line) for line in (tmp_path / "out" / "items.jsonl").read_text().splitlines()]
+        _, items = _spider_crawl(tmp_path, _TWICE_SPIDER, "Twice", origin, allow_domains=["127.0.2.10"])
     assert [i["k"] for i in items] == ["first"]
 
 
@@ -386,14 +387,8 @@ class _NumberTraps(QuietHandler):
 
 def test_traps_shaped_like_pagination_stop_at_the_variants_cap(tmp_path: Path) -> None:
     _NumberTraps.served.clear()
-    server = ThreadingHTTPServer(("127.0.2.13", 0), _NumberTraps)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
-    try:
-        crawl(Settings.from_env(max_pages=300, max_query_variants=10),
-              [f"http://127.0.2.13:{server.server_address[1]}/"], str(tmp_path / "out"))
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _serving(_NumberTraps, "127.0.2.13") as origin:
+        crawl(Settings.from_env(max_pages=300, max_query_variants=10), [f"{origin}/"], str(tmp_path / "out"))
     served = Counter(_NumberTraps.served)
     # Each trap expands at most the cap's 10 pages, each giving its links (3 on /n, 1 on /cal);
     # a page whose random links move its simhash too far is no near-duplicate and adds a few.
@@ -421,17 +416,9 @@ class FollowAll(scrapy.Spider):
 
 def test_a_scrapy_spider_following_every_link_stops_in_a_session_id_trap_at_the_cap(tmp_path: Path) -> None:
     _SessionTrap.served.clear()
-    spider = tmp_path / "followall.py"
-    spider.write_text(_FOLLOW_ALL_SPIDER)
-    trap = ThreadingHTTPServer(("127.0.2.14", 0), _SessionTrap)
-    threading.Thread(target=trap.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
-    try:
-        outcome = crawl(Settings.from_env(max_pages=300, max_query_variants=10, spider=f"{spider}:FollowAll",
-                                          spider_args=[f"base=http://127.0.2.14:{trap.server_address[1]}"],
-                                          spider_paths=[str(tmp_path)]), [], str(tmp_path / "out"))
-    finally:
-        trap.shutdown()
-        trap.server_close()
+    with _serving(_SessionTrap, "127.0.2.14") as origin:
+        outcome, _ = _spider_crawl(tmp_path, _FOLLOW_ALL_SPIDER, "FollowAll", origin, max_pages=300,
+                                   max_query_variants=10)
     assert len(_SessionTrap.served) <= 60, len(_SessionTrap.served)  # uncapped: max_pages, 300
     assert outcome.status["counters"]["dropped_trap:near_duplicate_query"] >= 1
 

@@ -11,6 +11,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
@@ -259,55 +260,54 @@ class _LateRoute(Guard):
         await super().handle(route, request)
 
 
-def test_a_request_the_browser_hands_over_late_still_holds_the_reading(browser: Browser) -> None:
-    data = _Timed("127.0.4.44")
-    host = f"127.0.4.44:{data.server_address[1]}"
+@contextmanager
+def _served_late(ip: str, page: bytes) -> Iterator[tuple[_LateRoute, _Timed]]:
+    """``page`` as a document on ``ip``, whose requests reach a server of their own there
+    (answering "ok"), each handed to the route 1 s late."""
+    data = _Timed(ip)
     try:
-        page = (b"<title>t</title><p id=a></p><p id=b></p><script>"
-                b"fetch('/a.json').then(r => r.text())"
-                b".then(t => { document.getElementById('a').textContent = 'f' + t; });"
-                b"const x = new XMLHttpRequest(); x.open('GET', '/b.json');"
-                b"x.onload = () => { document.getElementById('b').textContent = 'x' + x.responseText; }; x.send();"
-                b"</script>")
-        late = _LateRoute(f"http://{host}/", page, "text/html; charset=utf-8", runtime().fetcher(CONFIG), CONFIG,
-                          None, HostTurns(4, 0.0), Counter())
+        yield _LateRoute(f"http://{ip}:{data.server_address[1]}/", page, "text/html; charset=utf-8",
+                         runtime().fetcher(CONFIG), CONFIG, None, HostTurns(4, 0.0), Counter()), data
+    finally:
+        data.shutdown()
+        data.server_close()
+
+
+def test_a_request_the_browser_hands_over_late_still_holds_the_reading(browser: Browser) -> None:
+    page = (b"<title>t</title><p id=a></p><p id=b></p><script>"
+            b"fetch('/a.json').then(r => r.text())"
+            b".then(t => { document.getElementById('a').textContent = 'f' + t; });"
+            b"const x = new XMLHttpRequest(); x.open('GET', '/b.json');"
+            b"x.onload = () => { document.getElementById('b').textContent = 'x' + x.responseText; }; x.send();"
+            b"</script>")
+    with _served_late("127.0.4.44", page) as (late, data):
         rendered = run(browser.render(late.url, late, 10.0, 0.3))
         assert rendered.error == ""
         assert '<p id="a">fok</p>' in rendered.html and '<p id="b">xok</p>' in rendered.html, rendered.html
         assert len(data.times) == 2
-    finally:
-        data.shutdown()
-        data.server_close()
 
 
 def test_xhrs_sent_again_reopened_or_sent_twice_let_the_page_settle(browser: Browser) -> None:
     # One XHR object sent again from its onload, one re-opened while out (no loadend for the
     # first), one sent twice (the second throws): each once held the reading to its deadline.
-    data = _Timed("127.0.4.45")
-    host = f"127.0.4.45:{data.server_address[1]}"
-    try:
-        page = (b"<title>t</title><p id=a></p><p id=b></p><p id=c></p><script>"
-                b"const a = new XMLHttpRequest(); let n = 0;"
-                b"a.onload = () => { n++; if (n < 2) { a.open('GET', '/a2'); a.send(); }"
-                b" else { document.getElementById('a').textContent = 'a' + n; } };"
-                b"a.open('GET', '/a1'); a.send();"
-                b"const b = new XMLHttpRequest(); b.open('GET', '/b1'); b.send();"
-                b"setTimeout(() => {"
-                b" b.onload = () => { document.getElementById('b').textContent = 'b' + b.responseText; };"
-                b" b.open('GET', '/b2'); b.send(); }, 100);"
-                b"const c = new XMLHttpRequest();"
-                b"c.onload = () => { document.getElementById('c').textContent = 'c' + c.responseText; };"
-                b"c.open('GET', '/c'); c.send(); try { c.send(); } catch (e) {}"
-                b"</script>")
-        late = _LateRoute(f"http://{host}/", page, "text/html; charset=utf-8", runtime().fetcher(CONFIG), CONFIG,
-                          None, HostTurns(4, 0.0), Counter())
+    page = (b"<title>t</title><p id=a></p><p id=b></p><p id=c></p><script>"
+            b"const a = new XMLHttpRequest(); let n = 0;"
+            b"a.onload = () => { n++; if (n < 2) { a.open('GET', '/a2'); a.send(); }"
+            b" else { document.getElementById('a').textContent = 'a' + n; } };"
+            b"a.open('GET', '/a1'); a.send();"
+            b"const b = new XMLHttpRequest(); b.open('GET', '/b1'); b.send();"
+            b"setTimeout(() => {"
+            b" b.onload = () => { document.getElementById('b').textContent = 'b' + b.responseText; };"
+            b" b.open('GET', '/b2'); b.send(); }, 100);"
+            b"const c = new XMLHttpRequest();"
+            b"c.onload = () => { document.getElementById('c').textContent = 'c' + c.responseText; };"
+            b"c.open('GET', '/c'); c.send(); try { c.send(); } catch (e) {}"
+            b"</script>")
+    with _served_late("127.0.4.45", page) as (late, _):
         rendered = run(browser.render(late.url, late, 8.0, 0.3))
         assert rendered.error == "", rendered.error
         for want in ('<p id="a">a2</p>', '<p id="b">bok</p>', '<p id="c">cok</p>'):
             assert want in rendered.html, rendered.html
-    finally:
-        data.shutdown()
-        data.server_close()
 
 
 def test_pages_bound_for_the_browser_are_held_for_the_rounds_their_batch_takes(r: redis.Redis) -> None:
