@@ -93,6 +93,10 @@ def cmd_crawl(args: argparse.Namespace) -> int:
             # test site would otherwise end with "1 errors" and nothing to say why.
             print(f"crawler crawl: {blocked} fetches refused as private or loopback addresses; "
                   "--allow-net CIDR allows a network", file=sys.stderr)
+        failed = every_page_failed(outcome.status)
+        if failed and not outcome.interrupted:
+            print(f"crawler crawl: {failed}", file=sys.stderr)
+            code = code or 1
         if outcome.spider:
             print(f"items: {outcome.items} in {out / 'items.jsonl'}{capped(outcome.status, settings)}")
         if outcome.interrupted:
@@ -101,6 +105,20 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     except OSError:
         pass  # after SIGHUP the terminal may be gone; the status still says what happened
     return code
+
+
+def every_page_failed(status: dict[str, Any]) -> str:
+    """What the crawl's end must say when it stored pages and every one was a failure (a dead
+    seed, a refused network, a 404): the reasons and how many of each; "" otherwise. Such a crawl
+    exits non-zero, as wget's does."""
+    c = status.get("counters", {})
+    stored = int(c.get("stored", 0))
+    reasons = sorted(((int(v), k.removeprefix("error:")) for k, v in c.items()
+                      if k.startswith("error:") and int(v)), reverse=True)
+    if not stored or sum(n for n, _ in reasons) < stored:
+        return ""
+    return "no page was fetched: " + ", ".join(f"{n} {why}" for n, why in reasons) + \
+        " (the error column of the pages table says which)"
 
 
 def capped(status: dict[str, Any], settings: Settings) -> str:

@@ -59,7 +59,7 @@ class Settings:
     obey_robots: bool = _s(True, "Fetch and obey robots.txt (RFC 9309)", job=True)
     robots_user_agent: str = _s("crawler", "User-agent token matched against robots.txt groups", job=True)
     robots_ttl: float = _s(86400.0, "Seconds a fetched robots.txt is cached (shared by all workers)", job=True)
-    robots_retry: float = _s(300.0, "Seconds a host whose robots.txt failed (5xx, unreachable) stays disallowed before retrying", job=True)
+    robots_retry: float = _s(300.0, "Seconds a host whose robots.txt failed (5xx, timeout) stays disallowed before retrying; one that reached no server (dns, connect) is asked again after retry_base, its URLs failing as connect errors do", job=True)
     sitemaps: bool = _s(False, "Seed the job with the URLs of the Sitemap: files robots.txt lists", job=True)
     sitemap_max_urls: int = _s(50_000, "Page URLs taken from one origin's sitemaps at most (read one file at a time); more are counted `dropped_sitemap_cap`", job=True)
     max_attempts: int = _s(3, "Fetch attempts for retryable failures (dns, connect, timeout, 5xx, 429)", job=True)

@@ -3,7 +3,11 @@ every worker, and sitemaps.
 
 Outcomes: 2xx is parsed; 4xx (and a redirect chain past 5 hops) means no rules, allow all; 5xx or
 no answer means disallow the whole origin for now, and the fetch is retried after
-``robots_retry`` seconds.
+``robots_retry`` seconds. When not even a connection could be made (no DNS answer, connection
+refused) the origin is still disallowed, but asked again after ``retry_base`` seconds: the page's
+own request would have met the same refusal and waited that long, so its URLs use their attempts
+as a page's connect errors do instead of sitting out ``robots_retry`` each (a dead seed ended a
+crawl after 10 minutes).
 
 Jobs differ in what their fetches may reach (allowed networks, fixed DNS answers), so the answer
 for one origin differs too: entries are kept per origin and per such network policy, and a
@@ -46,6 +50,8 @@ def origin_of(url: str) -> str:
 # Outcomes that are our own verdict on the request, not the origin's answer: another job, or
 # this one once its settings change, may be allowed what this one was refused.
 NOT_CACHED = frozenset({Reason.BLOCKED_NETWORK, Reason.BAD_URL, Reason.INTERNAL})
+# Failures before any server answered: the origin is asked again as soon as a page would be.
+UNREACHABLE = frozenset({Reason.DNS, Reason.CONNECT})
 
 
 @lru_cache(maxsize=256)  # a few policies per worker; the key is the policy itself
@@ -101,7 +107,9 @@ class RobotsPolicy:
         if self.error == Reason.BLOCKED_NETWORK:
             return Reason.BLOCKED_NETWORK
         if self.unavailable:
-            return Reason.ROBOTS_UNAVAILABLE
+            # No server took the connection: the page's own request would have met the same
+            # failure, so it is counted, retried and reported as that failure.
+            return Reason(self.error) if self.error in UNREACHABLE else Reason.ROBOTS_UNAVAILABLE
         return None if self.allowed(url, agent) else Reason.ROBOTS
 
     def crawl_delay(self, agent: str) -> float | None:
@@ -179,8 +187,13 @@ class RobotsCache:
 
 
 def policy_from_fetch(status: int | None, body: bytes, error: str | None, *, ttl: float,
-                      retry_ttl: float, now: float | None = None) -> RobotsPolicy:
+                      retry_ttl: float, unreachable_ttl: float | None = None,
+                      now: float | None = None) -> RobotsPolicy:
+    """The policy an answer to ``/robots.txt`` gives, kept for ``ttl`` seconds; a failure for
+    ``retry_ttl`` (``unreachable_ttl``, when given, for one that reached no server)."""
     now = time.time() if now is None else now
+    if status is None and error in UNREACHABLE and unreachable_ttl is not None:
+        return RobotsPolicy(None, "", now + min(retry_ttl, unreachable_ttl), error)
     if error in (Reason.TOO_MANY_REDIRECTS, Reason.REDIRECT_LOOP):
         return RobotsPolicy(404, "", now + ttl)  # RFC 9309: may be treated as unavailable (4xx)
     if error == Reason.BLOCKED_NETWORK:

@@ -50,7 +50,8 @@ class Politeness:
         cfg = dataclasses.replace(config, max_redirects=5, html_only=False, max_body=ROBOTS_MAX_BYTES)
         results = await fetcher.fetch_many([o + "/robots.txt" for o in origins], cfg)
         s = job.settings
-        return {o: policy_from_fetch(r.status, r.body, r.error, ttl=s.robots_ttl, retry_ttl=s.robots_retry)
+        return {o: policy_from_fetch(r.status, r.body, r.error, ttl=s.robots_ttl, retry_ttl=s.robots_retry,
+                                     unreachable_ttl=s.retry_base)
                 for o, r in zip(origins, results, strict=True)}
 
     def policies(self, urls: Sequence[str], job: Job, fetcher: Fetcher, config: FetchConfig,

@@ -6,6 +6,7 @@ import itertools
 import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -333,9 +334,24 @@ def test_a_crawl_of_a_loopback_site_without_allow_net_says_how_to_allow_it(
     web = make_web(1, 3)
     env = {k: v for k, v in no_private_redis_env().items() if k != "CRAWLER_ALLOW_NETWORKS"}
     res = cli("crawl", *web.seeds(), "--out", str(tmp_path / "o"), "-q", env=env)
-    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.returncode == 1, res.stderr[-2000:]  # nothing was fetched
     assert "1 fetches refused as private or loopback addresses; --allow-net CIDR allows a network" in res.stderr
     assert not web.hits()
+
+
+def test_a_crawl_of_a_seed_that_refuses_connections_fails_within_seconds_and_says_why(tmp_path: Path) -> None:
+    # A first crawl with a typo in the port: it sat for 10 minutes (robots_retry per attempt),
+    # then exited 0 as if all was well.
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.2.9", 0))
+        dead = f"http://127.0.2.9:{s.getsockname()[1]}/"
+    started = time.monotonic()
+    res = cli("crawl", dead, "--out", str(tmp_path / "o"), "-q", env=no_private_redis_env())
+    assert time.monotonic() - started < 60
+    assert res.returncode == 1, res.stderr[-2000:]
+    assert "crawler crawl: no page was fetched: 1 connect (the error column of the pages table says which)" \
+        in res.stderr.splitlines(), res.stderr
+    assert "1 pages stored, 1 errors" in res.stdout
 
 
 def test_what_a_new_user_got_wrong_is_one_line_each(redis_url: str, tmp_path: Path) -> None:

@@ -191,26 +191,46 @@ def test_deadlinks_lists_404s_and_who_links_to_them(make_web: Callable[..., Test
 
 def test_status_names_the_hosts_waiting_on_robots_txt(make_web: Callable[..., TestWeb], workers: Workers,
                                                       r: redis.Redis, tmp_path: Path) -> None:
-    web = make_web(1, 3)
-    with socket.socket() as s:  # a port nothing listens on: robots.txt gets no answer
-        s.bind(("127.0.2.9", 0))
-        dead = f"127.0.2.9:{s.getsockname()[1]}"
+    web = make_web(2, 3)
+    web.route(1, "/robots.txt", hw.body(b"busy", 503))  # a server that is there and failing
+    busy = web.origin(1)
     workers.start("w", ALL)
-    job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{tmp_path / 'c.db'}"),
-                         [*web.seeds(), f"http://{dead}/"])
+    job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{tmp_path / 'c.db'}"), web.seeds())
     deadline = time.monotonic() + 30
     while not (st := jobs.status(r, job_id))["robots_wait"] and time.monotonic() < deadline:
         time.sleep(0.1)
     try:
         [wait] = st["robots_wait"]
-        assert wait["origin"] == f"http://{dead}" and wait["reason"] == "connect" and st["robots_waiting"] == 1
+        assert wait["origin"] == busy and wait["reason"] == "http_5xx" and st["robots_waiting"] == 1
         assert 250 < wait["until"] - time.time() <= Settings().robots_retry * 1.5
         shown = cli("status", job_id)
         assert shown.returncode == 0, shown.stderr
-        assert f"waiting on robots.txt: http://{dead} (connect) until " in shown.stdout, shown.stdout
-        assert json.loads(cli("status", job_id, "--json").stdout)["robots_wait"][0]["origin"] == f"http://{dead}"
+        assert f"waiting on robots.txt: {busy} (http_5xx) until " in shown.stdout, shown.stdout
+        assert json.loads(cli("status", job_id, "--json").stdout)["robots_wait"][0]["origin"] == busy
     finally:
         jobs.stop(r, job_id)
+
+
+def test_a_host_that_refuses_connections_fails_its_urls_as_connect_errors_within_seconds(
+        make_web: Callable[..., TestWeb], workers: Workers, r: redis.Redis, tmp_path: Path) -> None:
+    # robots.txt reached no server: the origin stays disallowed (nothing but robots.txt is asked
+    # of it), but only for retry_base, as the page's own connect error would wait; before, each
+    # attempt sat out robots_retry (5 minutes) and a dead seed took 10 minutes to fail.
+    web = make_web(1, 3)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.2.9", 0))
+        dead = f"http://127.0.2.9:{s.getsockname()[1]}"
+    workers.start("w", ALL)
+    started = time.monotonic()
+    _, st, rows = _crawl(r, web, tmp_path, seeds=[*web.seeds(), f"{dead}/", f"{dead}/other"], timeout=60)
+    assert time.monotonic() - started < 45
+    assert {u: row["error"] for u, row in rows.items() if u.startswith(dead)} == {f"{dead}/": "connect",
+                                                                                f"{dead}/other": "connect"}
+    assert all(row["status"] == 200 for u, row in rows.items() if not u.startswith(dead))
+    c = st["counters"]
+    # Every attempt of both URLs was made (max_attempts each), none under another reason.
+    assert c["error:connect"] == 2 and c["retry:connect"] == 2 * (Settings().max_attempts - 1), c
+    assert not c.get("retry:robots_unavailable") and not st["robots_wait"], st
 
 
 def test_a_slow_server_does_not_hold_the_hosts_fetched_beside_it(make_web: Callable[..., TestWeb], workers: Workers,
