@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     environment()  # a wrong CRAWLER_* variable ends every command with one line, before anything runs
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
-    args = build_parser().parse_args(argv)
+    args = parse_intermixed(build_parser(), argv)
     # Only the crawler's own errors and its environment's (Redis unreachable, a file or socket
     # failing) become one line: anything else is a bug, and its traceback is what fixes it.
     try:
@@ -65,6 +65,28 @@ def main(argv: list[str] | None = None) -> int:
         line, code = f"{type(exc).__name__}: {one_line(str(exc))}", 1
     print(redact(f"crawler {args.command}: {line}"), file=sys.stderr)
     return code
+
+
+def parse_intermixed(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``parse_args``, with a command's list of values allowed on both sides of its options:
+    ``crawler set JOB --host H delay=2`` as well as ``crawler set JOB delay=2 --host H``. argparse
+    gives a list all the values before the first option and calls the rest unrecognized
+    (its ``parse_intermixed_args`` refuses subcommands)."""
+    args, extra = parser.parse_known_args(argv)
+    if not extra:
+        return args
+    chosen = parser
+    while subs := [a for a in chosen._actions if isinstance(a, argparse._SubParsersAction)]:
+        name = getattr(args, subs[0].dest, None)
+        if name not in subs[0].choices:
+            break
+        chosen = subs[0].choices[name]
+    lists = [a for a in chosen._get_positional_actions() if a.nargs in ("*", "+")]
+    if len(lists) != 1 or any(a.startswith("-") for a in extra):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    dest = lists[0].dest
+    setattr(args, dest, [*(getattr(args, dest) or []), *extra])
+    return args
 
 
 def _cluster_answer(exc: redis.exceptions.ResponseError) -> str:
