@@ -11,11 +11,11 @@ from redis import Redis
 from crawler.config.settings import Settings
 from crawler.dedup.bloom import BloomSeen
 from crawler.dedup.cache import SeenCache
-from crawler.dedup.seenset import SeenSet, plus_counts, seen_set
+from crawler.dedup.seenset import Claim, SeenSet, plus_counts, seen_set
 from crawler.frontier import Entry, Frontier
 from crawler.frontier.core import Admitted
 
-__all__ = ["ADMIT_CHUNK", "BloomSeen", "SeenCache", "SeenSet", "admit_links", "seen_set"]
+__all__ = ["ADMIT_CHUNK", "BloomSeen", "Claim", "SeenCache", "SeenSet", "admit_links", "seen_set"]
 
 # URLs per admission script call at most: a call blocks Redis while it runs (measured here: a
 # few ms for 1,000 URLs, 2 s for 100,000), and a page of anchors once made one call of 312,500.

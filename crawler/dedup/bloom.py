@@ -21,6 +21,7 @@ is the bits plus a few bytes per segment.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from collections import defaultdict
@@ -119,6 +120,17 @@ def _offsets(hashes: tuple[int, int, int], layer: Layer) -> list[int]:
     return [(h1 + j * h2) % layer.segment_bits for j in range(layer.k)]
 
 
+def _memo_id(hashes: tuple[int, int, int]) -> str:
+    h1, h2, top = hashes
+    return f"{h1:08x}{h2:08x}{top:016x}"
+
+
+def _claim_ids(hashes: Sequence[tuple[int, int, int]], claimers: Sequence[str]) -> list[str]:
+    """Memo ids of (URL, claimer) pairs: the URL's own id and 8 bytes of the claimer's digest."""
+    return [f"{_memo_id(h)}:{hashlib.blake2b(c.encode(), digest_size=8).hexdigest()}"
+            for h, c in zip(hashes, claimers, strict=True)]
+
+
 def layout(redis: Redis, job: str) -> str | None:
     """How the job's Bloom filter and near-duplicate index are laid out (``keys.LAYOUT_FIELD``):
     None if it was submitted before they had tags of their own; today's for a job Redis does
@@ -197,10 +209,31 @@ class BloomSeen:
         """Add the URLs; return those that were not in the filter before, in order. With a
         ``token``, calling again with the same token and URLs returns the same answer (a
         redelivered batch loses nothing)."""
-        if not urls:
-            return []
+        answer = self._answers(urls, token, [_hashes(u) for u in urls], None)
+        return [u for i, u in enumerate(urls) if answer.get(i)]
+
+    def claim(self, urls: Sequence[str], claimers: Sequence[str], token: str) -> list[bool]:
+        """Add each URL on behalf of its claimer: True where it was not in the filter before.
+        Asked again by the same claimer under the same ``token`` a URL gets the same answer (a
+        redelivery, or a page parsed again); by any other claimer, it is seen."""
         hashes = [_hashes(u) for u in urls]
-        ids = [f"{h1:08x}{h2:08x}{top:016x}" for h1, h2, top in hashes]
+        answer = self._answers(urls, token, hashes, _claim_ids(hashes, claimers))
+        return [bool(answer.get(i)) for i in range(len(urls))]
+
+    def forget_claims(self, urls: Sequence[str], claimers: Sequence[str], token: str) -> None:
+        """Drop the answers ``claim`` keeps for these (URL, claimer) pairs: the claimers' pages
+        are stored, nothing will ask again."""
+        if urls:
+            self.redis.hdel(keys.bloom_memo(self.job, token, self.legacy),
+                            *_claim_ids([_hashes(u) for u in urls], claimers))
+
+    def _answers(self, urls: Sequence[str], token: str, hashes: list[tuple[int, int, int]],
+                 memo_ids: list[str] | None) -> dict[int, bool]:
+        """Position -> whether the URL there was new. ``memo_ids``: what each URL's answer is
+        kept under in the token's memo (default: the URL's own id)."""
+        if not urls:
+            return {}
+        ids = memo_ids or [_memo_id(h) for h in hashes]
         answer: dict[int, bool] = {}
         memo = keys.bloom_memo(self.job, token, self.legacy) if token else self.meta  # the meta: none (bloom_add.lua)
         # The add script answers from the memo first (no read of it here): URLs of a frozen
@@ -226,7 +259,7 @@ class BloomSeen:
             for i, flag in zip(in_frozen, self.redis.hmget(memo, [ids[i] for i in in_frozen]), strict=True):
                 if flag is not None:
                     answer[i] = flag == b"1"
-        return [u for i, u in enumerate(urls) if answer.get(i)]
+        return answer
 
     def _present(self, todo: Sequence[int], hashes: list[tuple[int, int, int]], layers: Sequence[Layer]) -> set[int]:
         """Which of the URLs all k bits of some layer say are present (read-only)."""

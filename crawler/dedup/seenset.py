@@ -15,6 +15,8 @@ from crawler.config.settings import Settings
 from crawler.dedup.bloom import BloomSeen
 from crawler.frontier import Entry, Frontier
 from crawler.frontier.core import Admitted
+from crawler.state import keys
+from crawler.state.conn import text
 
 
 def plus_counts(counts: Mapping[str, int] | None, **more: int) -> dict[str, int]:
@@ -28,6 +30,37 @@ def plus_counts(counts: Mapping[str, int] | None, **more: int) -> dict[str, int]
 def queue_cap(settings: Settings) -> int:
     """URLs a host's queue holds in Redis at most (0: no cap): the overflow needs a store."""
     return settings.host_queue_cap if settings.store else 0
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A page (``page``, at ``depth``) whose fetch ended at another URL (``target``)."""
+
+    page: str
+    target: str
+    depth: int
+
+
+# KEYS: the seen hash, the claims hash. ARGV: per claim its target, "<target> <page>" and the mark
+# a new target gets. A claim answered before keeps its answer; a new one is answered by whether
+# the seen hash had the target, which it has from then on.
+_CLAIM = """
+local out = {}
+for i = 1, #ARGV, 3 do
+  local got = redis.call('HGET', KEYS[2], ARGV[i + 1])
+  if not got then
+    got = tostring(redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 2]))
+    redis.call('HSET', KEYS[2], ARGV[i + 1], got)
+  end
+  out[#out + 1] = got
+end
+redis.call('EXPIRE', KEYS[2], 3600)
+return out
+"""
+
+
+def _claim_field(c: Claim) -> str:
+    return f"{c.target} {c.page}"
 
 
 @dataclass(frozen=True)
@@ -68,6 +101,17 @@ class SeenSet(Protocol):
         """Forget every URL (a new cycle)."""
         ...
 
+    def claim_targets(self, claims: Sequence[Claim]) -> list[bool]:
+        """Mark redirect targets seen, each on behalf of the page that redirected to it: True
+        where the target was new (the page goes on as the target's one fetch), False where it
+        was seen (another page, or a link, has it). The same page asking again gets the same
+        answer until ``forget_claims``."""
+        ...
+
+    def forget_claims(self, claims: Sequence[Claim]) -> None:
+        """The claimers' pages are stored: their answers need not be kept."""
+        ...
+
 
 class ExactSeen:
     """The frontier's seen hash: the admit script decides and queues in one step."""
@@ -76,6 +120,7 @@ class ExactSeen:
 
     def __init__(self, redis: Redis, frontier: Frontier, job_id: str, settings: Settings) -> None:
         self.redis, self.frontier, self.job_id, self.settings = redis, frontier, job_id, settings
+        self._claim = redis.register_script(_CLAIM)
 
     def admit(self, entries: Sequence[Entry], *, token: str = "", part: int | None = None,
               last: bool = True, counts: Mapping[str, int] | None = None) -> Admission:
@@ -98,6 +143,18 @@ class ExactSeen:
 
     def reset(self) -> None:
         self.frontier.clear_seen(self.job_id)
+
+    def claim_targets(self, claims: Sequence[Claim]) -> list[bool]:
+        if not claims:
+            return []
+        # ``x<depth>``: stored (the target's page is, under the claimer's row).
+        args = [x for c in claims for x in (c.target, _claim_field(c), f"x{c.depth}")]
+        got = self._claim(keys=[keys.seen(self.job_id), keys.redirect_claims(self.job_id)], args=args)
+        return [text(g) == "1" for g in got]
+
+    def forget_claims(self, claims: Sequence[Claim]) -> None:
+        if claims:
+            self.redis.hdel(keys.redirect_claims(self.job_id), *(_claim_field(c) for c in claims))
 
 
 class BloomSeenSet:
@@ -143,6 +200,12 @@ class BloomSeenSet:
 
     def reset(self) -> None:
         self.bloom.reset()
+
+    def claim_targets(self, claims: Sequence[Claim]) -> list[bool]:
+        return self.bloom.claim([c.target for c in claims], [c.page for c in claims], keys.REDIRECTS)
+
+    def forget_claims(self, claims: Sequence[Claim]) -> None:
+        self.bloom.forget_claims([c.target for c in claims], [c.page for c in claims], keys.REDIRECTS)
 
 
 def seen_kind(settings: Settings) -> str:

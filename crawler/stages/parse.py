@@ -21,6 +21,7 @@ from crawler.spiders.request import MARK, Request, from_spec, origin_of, request
 from crawler.spiders.run import HookResult, allowed, overrides, request_spec, run_page_hook
 from crawler.stages.context import Context
 from crawler.stages.messages import FetchedPage, LinkGroup, groups_to_json
+from crawler.stages.redirects import redirect_claims
 from crawler.state.jobconf import Job
 from crawler.urls import canonicalize, domain_of, paged_variant, query_variant
 
@@ -56,6 +57,14 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
         # Every response reaches the spider: JSON, XML, text, binary, an empty 204 too.
         want = [p for p in pages if not p.error and p.status is not None and 200 <= p.status < 300
                 and not p.unchanged and (p.body_key or not is_html(p.content_type))]
+    # A page whose fetch ended at a URL the job had seen (linked, or redirected to by another
+    # page) is that URL's duplicate, as Scrapy's duplicate filter drops a redirected request:
+    # not parsed, no callback, stored as the target's duplicate.
+    claims = redirect_claims(want, s)
+    answers = ctx.seen_set(job).claim_targets(claims) if claims else []
+    seen_first = {c.page: c.target for c, new in zip(claims, answers, strict=True) if not new}
+    if seen_first:
+        want = [p for p in want if p.url not in seen_first]
     hooks: Counter[str] = Counter()
     parsing = {p.url for p in want}
     failed = [p for p in pages if p.error and p.url not in parsing and spider is not None
@@ -220,14 +229,17 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
                body_lost=len(lost), links_capped=capped, links_dropped=dropped,
                links_nofollow=nofollow_links, links_denied_pattern=denied, links_denied_spider=denied_spider,
                links_noise_block=noise_block, links_noise_pattern=noise_pattern,
-               items=sum(len(p.items) for p in annotated.values()), **hooks,
+               items=sum(len(p.items) for p in annotated.values()), redirect_duplicates=len(seen_first), **hooks,
                **{"dropped_trap:near_duplicate_query": query_traps}, **extracted)
     jobs.count_cycle(pipe, job.id, pages[0].cycle if pages else 0, parsed=len(annotated))
     pipe.execute()
     ctx.frontier.expect(job.id, {link_token(token + links_as, shard): groups_to_json(links)
                                  for shard, links in batches.items()},
                         s.lease_timeout)
-    return [annotated.get(p.url, p) for p in pages if p.url not in lost], dict(batches)
+    out = [annotated.get(p.url) or (dataclasses.replace(p, near_duplicate_of=seen_first[p.url])
+                                    if p.url in seen_first else p) for p in pages if p.url not in lost]
+    return out, dict(batches)
+
 
 
 def with_main_text(page: FetchedPage, body: bytes, fmt: str, tally: Counter[str]) -> FetchedPage:

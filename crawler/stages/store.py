@@ -12,6 +12,7 @@ from crawler.config.settings import Settings
 from crawler.stages import pipelines
 from crawler.stages.context import Context
 from crawler.stages.messages import FetchedPage
+from crawler.stages.redirects import redirect_claims
 from crawler.stages.retry_policy import store_cap, store_wait
 from crawler.state import store_errors
 from crawler.state.jobconf import Job
@@ -76,6 +77,10 @@ def store_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage], re
                          changed=tally[schedule.CHANGED], unchanged=tally[schedule.UNCHANGED],
                          gone=tally[schedule.GONE])
     ctx.frontier.release(job.id, [(p.url, token) for p in pages], delay=s.delay, max_depth=s.max_depth)
+    # Stored: a page redirected elsewhere will not be parsed again, its claim's answer can go.
+    claims = redirect_claims(pages, s)
+    if claims:
+        ctx.seen_set(job).forget_claims(claims)
     pipe = ctx.redis.pipeline(transaction=False)
     body_keys = [k for p in pages for k in (p.body_key, p.rendered_key) if k]
     if body_keys:

@@ -84,6 +84,16 @@ def seen(job: str) -> str:
     return prefix(job) + "seen"
 
 
+def redirect_claims(job: str) -> str:
+    """For a job with the exact seen hash: "<target> <page>" -> "1" or "0", the answer each page
+    redirected to a target got when it claimed it (``crawler.dedup.seenset``), until the page is
+    stored. A Bloom job keeps them in its filter's memo ``REDIRECTS``."""
+    return prefix(job) + "rdc"
+
+
+REDIRECTS = "rd"  # the Bloom filter memo's token for redirect targets (never a lease token's form)
+
+
 HOST_QUEUE = "q:"  # a host's queue is prefix + HOST_QUEUE + host
 
 

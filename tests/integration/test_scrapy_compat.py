@@ -22,7 +22,7 @@ from crawler import jobs
 from crawler.config.settings import Settings
 from crawler.store import open_store
 from crawler.testweb import TestWeb
-from tests.conftest import ROOT, Workers, wait_done
+from tests.conftest import ROOT, Workers, rows_by_url, wait_done
 from tests.integration.test_crawl import cli
 from tests.integration.test_quotes_site import EXAMPLES, SCRAPY_SPIDERS, as_set, expected, quotes_web, run_scrapy
 
@@ -240,3 +240,71 @@ def test_failed_requests_and_item_types_reach_the_spider_as_in_scrapy(
             "refused": True} in ours
     assert {"tags": ["only-one"], "price": "1.10", "day": "2026-02-03", "at": "2026-02-03T04:05:06",
             "tup": [1, 2]} in ours
+
+
+REDIRECT_SPIDER = textwrap.dedent('''
+    import scrapy
+
+
+    class Moved(scrapy.Spider):
+        name = "moved"
+        custom_settings = {"ROBOTSTXT_OBEY": False}
+
+        def start_requests(self):
+            yield scrapy.Request(self.base + "/")
+
+        async def start(self):
+            yield scrapy.Request(self.base + "/")
+
+        def parse(self, response):
+            yield {"url": response.url, "title": response.css("title::text").get()}
+            yield from response.follow_all(css="a")
+''')
+
+
+def test_a_page_reached_by_several_redirects_and_links_is_parsed_once_as_in_scrapy(
+        make_web: Callable[..., TestWeb], tmp_path: Path, workers: Workers, r: redis.Redis, redis_url: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Moved pages as real sites keep them: two old URLs and a chain of two hops ending at a page
+    # also linked directly, and one that moved to a page nothing else links. Scrapy's duplicate
+    # filter drops a redirect to a URL it has seen, so each page's callback runs once; before,
+    # the crawler ran it once per way in (the same item up to four times).
+    pytest.importorskip("scrapy")
+    from tests.web import handlers as hw
+
+    monkeypatch.setenv("CRAWLER_SPIDER_PATHS", os.pathsep.join([os.environ["CRAWLER_SPIDER_PATHS"], str(tmp_path)]))
+    web = make_web(1, 1)
+    origin = web.origin(0)
+    web.route(0, "/", hw.body(hw.html("home", ["/old-a", "/old-b", "/hop-1", "/new", "/moved"])))
+    web.route(0, "/old-a", hw.redirect("/new"))
+    web.route(0, "/old-b", hw.redirect(origin + "/new", 302))
+    web.route(0, "/hop-1", hw.redirect("/hop-2"))
+    web.route(0, "/hop-2", hw.redirect("/new", 307))
+    web.route(0, "/new", hw.body(hw.html("new", ["/"])))
+    web.route(0, "/moved", hw.redirect("/fresh"))
+    web.route(0, "/fresh", hw.body(hw.html("fresh", ["/new"])))
+    file = tmp_path / "moved_spider.py"
+    file.write_text(REDIRECT_SPIDER)
+    _two_workers(workers)
+    store = f"sqlite:///{tmp_path / 'moved.db'}"
+    job = _submit(r, redis_url, store, f"{file}:Moved", [], spider_args=[f"base={origin}"])
+    by_scrapy = run_scrapy(file, "Moved", tmp_path, base=origin)
+    st = wait_done(r, job, timeout=120)
+    assert st["status"] == jobs.DONE, (st.get("error"), st.get("counters"))
+    ours = _items(store, job)
+    assert len(by_scrapy) == len(as_set(by_scrapy)) == 3  # home, new, fresh: once each
+    assert len(ours) == len(as_set(ours)), ours  # no item twice
+    assert as_set(ours) == as_set(by_scrapy)
+    # Every way in was fetched and has its row; of the rows ending at one page, one was parsed
+    # and the others say whose duplicate they are.
+    rows = rows_by_url(tmp_path / "moved.db")
+    by_final: dict[str, list[dict[str, Any]]] = {}
+    for row in rows.values():
+        by_final.setdefault(row["final_url"], []).append(row)
+    new = origin + "/new"
+    assert sorted(u for u, row in rows.items() if row["final_url"] == new) == sorted(
+        origin + p for p in ("/old-a", "/old-b", "/hop-1", "/new") if origin + p in rows)
+    for final, group in by_final.items():
+        assert [row["near_duplicate_of"] for row in group].count(None) == 1, (final, group)
+        assert all(row["near_duplicate_of"] in (None, final) for row in group), group
+    assert int(st["counters"]["redirect_duplicates"]) == len(rows) - len(by_final)
