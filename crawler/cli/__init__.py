@@ -82,8 +82,11 @@ def parse_intermixed(parser: argparse.ArgumentParser, argv: list[str] | None) ->
             break
         chosen = subs[0].choices[name]
     lists = [a for a in chosen._get_positional_actions() if a.nargs in ("*", "+")]
-    if len(lists) != 1 or any(a.startswith("-") for a in extra):
+    # After "--" everything is a value, as argparse itself has it.
+    values = extra[1:] if extra[0] == "--" else extra
+    if len(lists) != 1 or (values is extra and any(a.startswith("-") for a in extra)):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    extra = values
     dest = lists[0].dest
     setattr(args, dest, [*(getattr(args, dest) or []), *extra])
     return args

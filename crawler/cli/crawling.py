@@ -107,14 +107,19 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     return code
 
 
+# Reasons a page is stored with although its server answered it (a PDF where HTML was wanted,
+# a body past max_body): fetched, not failed.
+ANSWERED = frozenset({Reason.NOT_HTML, Reason.REFUSED_TYPE, Reason.TOO_LARGE})
+
+
 def every_page_failed(status: dict[str, Any]) -> str:
     """What the crawl's end must say when it stored pages and every one was a failure (a dead
     seed, a refused network, a 404): the reasons and how many of each; "" otherwise. Such a crawl
     exits non-zero, as wget's does."""
     c = status.get("counters", {})
     stored = int(c.get("stored", 0))
-    reasons = sorted(((int(v), k.removeprefix("error:")) for k, v in c.items()
-                      if k.startswith("error:") and int(v)), reverse=True)
+    reasons = sorted(((int(v), why) for k, v in c.items() if k.startswith("error:") and int(v)
+                      and (why := k.removeprefix("error:")) not in ANSWERED), reverse=True)
     if not stored or sum(n for n, _ in reasons) < stored:
         return ""
     return "no page was fetched: " + ", ".join(f"{n} {why}" for n, why in reasons) + \

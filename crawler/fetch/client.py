@@ -78,6 +78,9 @@ class FetchResult:
     elapsed: float = 0.0
     redirects: list[tuple[int, str]] = field(default_factory=list)  # (status, url) per hop
     ip: str = ""  # the address actually connected to
+    # False: never sent (held back by robots.txt or our rules), whatever ``error`` says: a page
+    # of an origin whose robots.txt reached no server fails as ``connect`` without a request.
+    sent: bool = True
 
     def header(self, name: str) -> str | None:
         name = name.lower()

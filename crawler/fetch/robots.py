@@ -83,6 +83,8 @@ class RobotsPolicy:
     body: str
     expires: float
     error: str | None = None  # why there was no answer, when it is the origin's own fault
+    # No server took the connection to the origin itself (``UNREACHABLE``, not after a redirect).
+    unreachable: bool = False
 
     def __post_init__(self) -> None:
         self._rules: Protego | None = None
@@ -109,7 +111,7 @@ class RobotsPolicy:
         if self.unavailable:
             # No server took the connection: the page's own request would have met the same
             # failure, so it is counted, retried and reported as that failure.
-            return Reason(self.error) if self.error in UNREACHABLE else Reason.ROBOTS_UNAVAILABLE
+            return Reason(self.error) if self.unreachable and self.error in UNREACHABLE else Reason.ROBOTS_UNAVAILABLE
         return None if self.allowed(url, agent) else Reason.ROBOTS
 
     def crawl_delay(self, agent: str) -> float | None:
@@ -120,12 +122,14 @@ class RobotsPolicy:
         return list(self._rules.sitemaps) if self._rules is not None else []
 
     def dumps(self) -> str:
-        return json.dumps({"s": self.status, "b": self.body, "e": self.expires, "r": self.error})
+        d = {"s": self.status, "b": self.body, "e": self.expires, "r": self.error}
+        return json.dumps({**d, "u": 1} if self.unreachable else d)
 
     @classmethod
     def loads(cls, raw: str | bytes) -> RobotsPolicy:
+        # An entry from a worker before ``unreachable`` holds its origin robots_retry, as it was.
         d = json.loads(raw)
-        return cls(d["s"], d["b"], d["e"], d.get("r"))
+        return cls(d["s"], d["b"], d["e"], d.get("r"), bool(d.get("u")))
 
 
 class RobotsCache:
@@ -187,13 +191,14 @@ class RobotsCache:
 
 
 def policy_from_fetch(status: int | None, body: bytes, error: str | None, *, ttl: float,
-                      retry_ttl: float, unreachable_ttl: float | None = None,
+                      retry_ttl: float, unreachable_ttl: float | None = None, redirected: bool = False,
                       now: float | None = None) -> RobotsPolicy:
     """The policy an answer to ``/robots.txt`` gives, kept for ``ttl`` seconds; a failure for
-    ``retry_ttl`` (``unreachable_ttl``, when given, for one that reached no server)."""
+    ``retry_ttl`` (``unreachable_ttl``, when given, for one that reached no server: not a
+    ``redirected`` request, whose origin did answer)."""
     now = time.time() if now is None else now
-    if status is None and error in UNREACHABLE and unreachable_ttl is not None:
-        return RobotsPolicy(None, "", now + min(retry_ttl, unreachable_ttl), error)
+    if status is None and error in UNREACHABLE and unreachable_ttl is not None and not redirected:
+        return RobotsPolicy(None, "", now + min(retry_ttl, unreachable_ttl), error, unreachable=True)
     if error in (Reason.TOO_MANY_REDIRECTS, Reason.REDIRECT_LOOP):
         return RobotsPolicy(404, "", now + ttl)  # RFC 9309: may be treated as unavailable (4xx)
     if error == Reason.BLOCKED_NETWORK:

@@ -51,7 +51,7 @@ class Politeness:
         results = await fetcher.fetch_many([o + "/robots.txt" for o in origins], cfg)
         s = job.settings
         return {o: policy_from_fetch(r.status, r.body, r.error, ttl=s.robots_ttl, retry_ttl=s.robots_retry,
-                                     unreachable_ttl=s.retry_base)
+                                     unreachable_ttl=s.retry_base, redirected=bool(r.redirects))
                 for o, r in zip(origins, results, strict=True)}
 
     def policies(self, urls: Sequence[str], job: Job, fetcher: Fetcher, config: FetchConfig,
@@ -155,8 +155,9 @@ class Politeness:
         for host, own in zip(names, current, strict=True):
             d = own if own is not None else floors[host]
             for r in hosts[host]:
-                if r.status is None and r.error in (Reason.ROBOTS, Reason.ROBOTS_UNAVAILABLE, Reason.OUT_OF_SCOPE,
-                                                    Reason.BLOCKED_NETWORK, Reason.BAD_URL):
+                if not r.sent or (r.status is None and r.error in (
+                        Reason.ROBOTS, Reason.ROBOTS_UNAVAILABLE, Reason.OUT_OF_SCOPE, Reason.BLOCKED_NETWORK,
+                        Reason.BAD_URL)):
                     continue  # no request was made to this host
                 retry_after = parse_retry_after(r.header("retry-after")) if r.status in (429, 503) else None
                 d = next_delay(d, floor=floors[host], latency=r.elapsed, status=r.status,
@@ -231,4 +232,5 @@ def conditional_headers(row: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def blocked_result(url: str, reason: str) -> FetchResult:
-    return FetchResult(url=url, final_url=url, error=reason, fetched_at=time.time())
+    """The result of a request robots.txt (or our own rules) kept from being sent."""
+    return FetchResult(url=url, final_url=url, error=reason, fetched_at=time.time(), sent=False)

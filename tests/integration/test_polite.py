@@ -250,3 +250,47 @@ def test_a_slow_server_does_not_hold_the_hosts_fetched_beside_it(make_web: Calla
     fast = [h for h in web.hits() if h.site == 0 and h.path != "/robots.txt"]
     beside = [h for h in fast if h.start < slow_hit.end]
     assert len(beside) >= 6, f"{len(beside)} of site 0's {len(fast)} requests started while site 1's was out"
+
+
+def test_pages_robots_txt_held_back_leave_their_hosts_adaptive_delay_alone(r: redis.Redis) -> None:
+    # Held back because the origin's robots.txt reached no server, they carry ``connect`` but
+    # were never sent: as robots-disallowed ones, they are no news of the server's speed (each
+    # halved a delay a 429 had raised).
+    from crawler.errors import Reason
+    from crawler.fetch.client import FetchResult
+    from crawler.frontier import Frontier
+    from crawler.stages.politeness import Politeness, blocked_result
+    from crawler.state.jobconf import Job
+    from crawler.urls import host_key
+
+    url = "http://127.0.3.1:8080/a"
+    job = Job("j1", Settings.from_env(), frozenset())
+    Frontier(r).set_host_delays("j1", {host_key(url): 4.0})
+    politeness = Politeness(r)
+    assert politeness.delay_updates(job, [blocked_result(url, Reason.CONNECT)], {}) == {host_key(url): 4.0}
+    sent = FetchResult(url=url, final_url=url, error=Reason.CONNECT, elapsed=0.0)
+    assert politeness.delay_updates(job, [sent], {})[host_key(url)] < 4.0  # a request that was made
+
+
+def test_a_robots_txt_redirected_to_a_dead_server_holds_a_live_origin_for_robots_retry(
+        make_web: Callable[..., TestWeb], workers: Workers, r: redis.Redis, tmp_path: Path) -> None:
+    # The origin answered; only its robots.txt's new home is not there. Its pages wait as for a
+    # 5xx (status names the wait), not fail as connect errors of a server that is up.
+    web = make_web(1, 3)
+    with socket.socket() as s:
+        s.bind(("127.0.2.9", 0))
+        dead = f"http://127.0.2.9:{s.getsockname()[1]}"
+    web.route(0, "/robots.txt", hw.redirect(dead + "/robots.txt"))
+    workers.start("w", ALL)
+    job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{tmp_path / 'c.db'}"), web.seeds())
+    deadline = time.monotonic() + 30
+    while not (st := jobs.status(r, job_id))["robots_wait"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    try:
+        [wait] = st["robots_wait"]
+        assert wait["origin"] == web.origin(0) and wait["reason"] == "connect", wait
+        assert 250 < wait["until"] - time.time() <= Settings().robots_retry * 1.5
+        assert not st["counters"].get("error:connect"), st["counters"]
+        assert [h.path for h in web.hits()] == ["/robots.txt"]  # the page itself never asked
+    finally:
+        jobs.stop(r, job_id)

@@ -41,3 +41,8 @@ def test_what_no_command_takes_is_still_one_line_and_status_2(argv: tuple[str, .
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unrecognized arguments: " in err[0], err
+
+
+def test_after_a_double_dash_every_word_is_a_value() -> None:
+    args = _parse("crawl", "--out", "o", "http://a.example/", "--workers", "1", "--", "http://b.example/")
+    assert args.seeds == ["http://a.example/", "http://b.example/"]

@@ -34,8 +34,7 @@ def test_a_server_that_failed_or_did_not_answer_holds_its_origin_for_robots_retr
 def test_without_an_unreachable_ttl_a_refused_connection_holds_the_origin_for_robots_retry() -> None:
     p = policy_from_fetch(None, b"", Reason.CONNECT, ttl=86_400, retry_ttl=300, now=NOW)
     assert p.expires == NOW + 300
-    # The reason is still the connection's: the page would have met the same refusal.
-    assert p.block_reason("http://h/a", "*") == Reason.CONNECT
+    assert p.block_reason("http://h/a", "*") == Reason.ROBOTS_UNAVAILABLE
 
 
 def test_an_unreachable_ttl_never_lengthens_robots_retry() -> None:
@@ -48,3 +47,20 @@ def test_an_answer_is_kept_for_ttl_and_obeyed() -> None:
     assert p.expires == NOW + 86_400
     assert p.block_reason("http://h/private/x", "*") == Reason.ROBOTS
     assert p.block_reason("http://h/public", "*") is None
+
+
+def test_a_robots_txt_redirected_to_a_server_that_is_not_there_holds_the_origin_for_robots_retry() -> None:
+    # The origin answered (a redirect): its pages would reach it, so they wait as for a 5xx
+    # rather than fail as connect errors of a server that is up.
+    p = policy_from_fetch(None, b"", Reason.CONNECT, ttl=86_400, retry_ttl=300, unreachable_ttl=2,
+                          redirected=True, now=NOW)
+    assert p.expires == NOW + 300
+    assert p.block_reason("http://h/a", "*") == Reason.ROBOTS_UNAVAILABLE
+
+
+def test_what_a_cached_entry_says_of_reachability_survives_redis_and_old_entries_keep_their_wait() -> None:
+    p = _policy(None, Reason.CONNECT)
+    assert RobotsPolicy.loads(p.dumps()).block_reason("http://h/a", "*") == Reason.CONNECT
+    # Written by a worker from before: a connect failure held its origin robots_retry.
+    old = '{"s": null, "b": "", "e": 1300.0, "r": "connect"}'
+    assert RobotsPolicy.loads(old).block_reason("http://h/a", "*") == Reason.ROBOTS_UNAVAILABLE
