@@ -145,7 +145,7 @@ def cmd_set(args: argparse.Namespace) -> int:
         if not sep or not key:
             raise ConfigError(f"not KEY=VALUE: {item!r}")
         pairs[key.strip().replace("-", "_")] = value
-    if args.host:
+    if args.host is not None:  # "" too: an empty $HOST must not change the whole job
         if args.clear:
             gone = control.clear_host_override(client, args.job, args.host, by=requester())
             print(f"job {args.job}: {args.host}: " + ("the job's settings apply again" if gone else "had no override"))
@@ -156,6 +156,8 @@ def cmd_set(args: argparse.Namespace) -> int:
         got = control.set_host_override(client, args.job, args.host, pairs.get("delay"), pairs.get("per_host"),
                                         by=requester())
         print(f"job {args.job}: {got['host']}: " + ", ".join(f"{k} {v}" for k, v in got["override"].items()))
+        if got.get("warning"):
+            print(f"crawler set: warning: {got['warning']}", file=sys.stderr)
         return 0
     if args.clear:
         raise ConfigError("--clear needs --host HOST")

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -44,6 +45,7 @@ from crawler.state.conn import OUTAGE_GRACE as OUTAGE_GRACE
 from crawler.state.conn import check_version, connect
 from crawler.state.conn import through_outage as through_outage
 from crawler.store import PageStore, open_store
+from crawler.store.base import StoreRefused
 from crawler.store.place import default_warc_dir, sqlite_path
 
 # Settings an operator may change while the job runs. Every worker reads a job's settings again
@@ -105,6 +107,9 @@ def typed_settings(values: Mapping[str, Any]) -> dict[str, Any]:
     for name, value in values.items():
         if name not in known:
             raise SettingError(f"no setting named {name!r}")
+        if value is None:
+            # Read as "not given", a null took each worker's own environment's value instead.
+            raise SettingError(f"setting {name}: null is not a value (leave the setting out for its default)")
         out[name] = parse_text(name, value, "the value") if isinstance(value, str) else value
     return out
 
@@ -122,7 +127,7 @@ def submit(r: Redis, values: Mapping[str, Any], seeds: list[str], by: str = "") 
     settings, seeds = prepare(settings, seeds)  # reads the spider's file, never runs it
     if seeds or not settings.spider_start_requests:  # a spider's start_requests may be all it starts from
         jobs.canonical_seeds(seeds, settings.max_url_length)  # before the store file is created
-    open_store(settings.store).close()  # fail here, not in every worker, if the URL is wrong
+    _opened(settings.store).close()  # fail here, not in every worker, if the URL is wrong
     warnings = []
     if settings.warc and not settings.warc_dir:
         settings = dataclasses.replace(settings, warc_dir=default_warc_dir(settings.store))
@@ -215,7 +220,7 @@ def recover(r: Redis, job_id: str, store_url: str, by: str = "", shards: int | N
     """Rebuild a job Redis lost from its store (``crawler recover``)."""
     from crawler.control.rebuild import recover as rebuild  # the whole pipeline: only for this rare call
 
-    store = open_store(store_url)
+    store = _opened(store_url, create=False)
     try:
         done = rebuild(r, store, job_id, shards=shards)
     finally:
@@ -372,7 +377,14 @@ def set_host_override(r: Redis, job_id: str, host: str, delay: Any = None, per_h
     _host_tables.pop(job_id)
     parts = [f"delay {d:g}s" if d is not None else "", f"per_host {n}" if n is not None else ""]
     joblog.log_event(r, job_id, "host_override", f"{host}: {', '.join(p for p in parts if p)}", by=by)
-    return {"host": host, "override": {k: v for k, v in asdict(override).items() if v is not None}}
+    out: dict[str, Any] = {"host": host, "override": {k: v for k, v in asdict(override).items() if v is not None}}
+    if not Frontier(r).host_known(job_id, host):
+        # A host with a port is named with it: "127.0.3.2" is not "127.0.3.2:8802", and an
+        # override of the one left the other's requests as they were, without a word.
+        near = Frontier(r).hosts_like(job_id, host)
+        out["warning"] = (f"job {job_id} has no URL of host {host} yet: the override waits for one"
+                          + (f" (did you mean {', '.join(near)}?)" if near else ""))
+    return out
 
 
 def clear_host_override(r: Redis, job_id: str, host: str, by: str = "") -> bool:
@@ -465,13 +477,14 @@ format_log_entry = joblog.format_entry
 def shards_overview(r: Redis, node_rows: list[dict[str, Any]]) -> list[str]:
     """Lines on every shard the nodes serve or that is down, for ``crawler nodes``."""
     known = {s for n in node_rows for s in n["shards"]} | liveshards.read(r).shards()
-    return takeover.describe(takeover.shard_states(r, max(known, default=-1) + 1), heard_any=False)
+    # ``crawler nodes`` says itself when no worker was heard from.
+    return takeover.describe(takeover.shard_states(r, max(known, default=-1) + 1), heard_any=False, none_heard=False)
 
 
 @contextmanager
 def stored(store_url: str) -> Iterator[PageStore]:
     """The store at ``store_url``, open for reading while the block runs (``crawler export``)."""
-    store = open_store(store_url)
+    store = _opened(store_url, create=False)
     try:
         yield store
     finally:
@@ -488,7 +501,18 @@ def all_dead_links(r: Redis, job_id: str, store_url: str | None = None) -> list[
 
 
 def _store_of(r: Redis, job_id: str, store_url: str | None) -> PageStore:
-    return open_store(store_url or jobs.load(r, job_id).settings.store)
+    return _opened(store_url or jobs.load(r, job_id).settings.store, create=False)
+
+
+def _opened(store_url: str, create: bool = True) -> PageStore:
+    """The store for a command or the API: one that cannot be opened from here (a directory
+    that cannot be made, a file SQLite cannot open) is one line, not a traceback. Workers open
+    stores themselves and wait out such failures as outages."""
+    try:
+        return open_store(store_url, create=create)
+    except (sqlite3.Error, OSError) as exc:
+        raise StoreRefused(f"store {redact(store_url)}: cannot open it from here: "
+                           f"{type(exc).__name__}: {exc}") from None
 
 
 def _paged(rows: Iterator[dict[str, Any]], offset: int, limit: int) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ stored, so a worker that dies loses nothing.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import uuid
@@ -184,6 +185,11 @@ def _by_body_hash(refs: Sequence[str]) -> tuple[dict[str, list[tuple[int, str]]]
         else:
             grouped.setdefault(split[0], []).append((i, split[1]))
     return grouped, plain
+
+
+def _glob_escape(name: str) -> str:
+    """``name`` matched literally by a Redis MATCH pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in name)
 
 
 def _flat(leases: Iterable[Lease]) -> list[str]:
@@ -565,6 +571,19 @@ class Frontier:
         fetched from each."""
         for host, n in errors.items():
             pipe.hincrby(keys.host_errors(job), host, n)
+
+    def host_known(self, job: str, host: str) -> bool:
+        """Whether the job has admitted a URL of the host, fetched from it or has one in flight."""
+        pipe = self.redis.pipeline(transaction=False)
+        for key in (keys.host_admitted(job), keys.host_fetched(job), keys.host_inflight(job)):
+            pipe.hexists(key, host)
+        pipe.exists(keys.host_queue(job, host))
+        return any(pipe.execute())
+
+    def hosts_like(self, job: str, host: str, limit: int = 3) -> list[str]:
+        """Up to ``limit`` hosts of the job named ``host`` with a port."""
+        found = self.redis.hscan_iter(keys.host_admitted(job), match=f"{_glob_escape(host)}:*", count=1000)
+        return sorted(text(h) for h, _ in itertools.islice(found, limit))
 
     def host_overrides(self, job: str, hosts: Sequence[str]) -> list[HostOverride | None]:
         """The operator's overrides of these hosts (None where there is none)."""

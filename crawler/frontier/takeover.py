@@ -92,8 +92,9 @@ def shard_states(redis: Redis, shards: int, now: float | None = None) -> list[di
     return out
 
 
-def describe(states: list[dict[str, Any]], heard_any: bool) -> list[str]:
-    """One line per shard that is not simply live, for ``crawler nodes`` and ``status``."""
+def describe(states: list[dict[str, Any]], heard_any: bool, none_heard: bool = True) -> list[str]:
+    """One line per shard that is not simply live, for ``crawler nodes`` and ``status``; with
+    ``none_heard``, one line when no worker has been heard from at all."""
     live = [str(st["shard"]) for st in states if st["state"] == "live"]
     lines = []
     for st in states:
@@ -105,4 +106,10 @@ def describe(states: list[dict[str, Any]], heard_any: bool) -> list[str]:
         elif st["state"] == "unseen" and heard_any:
             lines.append(f"shard {st['shard']}: no worker of it has ever sent a heartbeat; its hosts wait "
                          f"(start `celery -A crawler worker -Q shard-{st['shard']}`, or `crawler shards set`)")
+    unseen = [str(st["shard"]) for st in states if st["state"] == "unseen"]
+    if unseen and not heard_any and none_heard:
+        # No worker at all, or none sending task events: one line, not one per shard.
+        queues = ",".join(f"shard-{n}" for n in unseen)
+        lines.append(f"no worker has sent a heartbeat yet: the job waits for one (start `celery -A crawler worker "
+                     f"-Q {queues}`; workers send heartbeats while task events are on)")
     return lines

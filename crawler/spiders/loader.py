@@ -486,9 +486,12 @@ def prepare(settings: Settings, seeds: list[str], starts: bool | None = None) ->
             raise SpiderUnavailable(f"spider {found.target!r}: the hosts its start_requests yields are not known "
                                     "before it runs: give allowed_domains (a literal list), --allow-domain, or seeds")
         return settings.replace(**changes), seeds
-    if not seeds:
+    # A Scrapy spider's start() runs on a worker and yields its start_urls itself unless it is
+    # overridden, when Scrapy never reads them: taken as seeds here they were fetched although
+    # Scrapy would not, and scoped the job to their domains (dropping what start() yielded).
+    if not seeds and "scrapy" not in facts:
         seeds = _strings(facts.get("start_urls")) or []
-        if not seeds and "scrapy" not in facts:  # a Scrapy spider's start() runs on a worker
+        if not seeds:
             raise SpiderUnavailable(f"spider {found.target!r}: give seeds (the class has no literal start_urls list, "
                                     "and submitting never runs spider code)")
     return settings.replace(**changes), seeds

@@ -16,6 +16,11 @@ def is_retryable(reason: str | None) -> bool:
     return cls is not None and issubclass(cls, errors.Retryable)
 
 
+# Scrapy's RETRY_HTTP_CODES: what a server answers for a passing failure (408: it timed out
+# waiting for the request; 522, 524: a CDN's origin did not answer).
+RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 522, 524})
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """A job's retry rules: retryable failures wait an exponential backoff with jitter (at
@@ -30,11 +35,20 @@ class RetryPolicy:
     def of(cls, s: Settings) -> RetryPolicy:
         return cls(max_attempts=s.max_attempts, base=s.retry_base, cap=s.max_delay * 10)
 
+    @staticmethod
+    def retries(result: FetchResult) -> bool:
+        """Whether the result is a failure worth another try: a server's answer by its status,
+        as Scrapy's RETRY_HTTP_CODES has it (a 501 or 505 says the same every time), anything
+        else by its reason."""
+        if result.status is not None and result.status >= 400:
+            return result.status in RETRIED_STATUSES
+        return is_retryable(result.error)
+
     def wait(self, attempts: int, result: FetchResult, robots_wait: float) -> float | None:
         """Seconds before the next try of a URL fetched ``attempts + 1`` times so far with
         ``result``; None if the result is final (success, a permanent failure, or no tries
         left). ``robots_wait``: seconds until its origin's robots.txt may be asked again."""
-        if not is_retryable(result.error) or attempts + 1 >= self.max_attempts:
+        if not self.retries(result) or attempts + 1 >= self.max_attempts:
             return None
         retry_after = parse_retry_after(result.header("retry-after")) if result.status in (429, 503) else None
         if result.error == errors.RobotsUnavailable.reason:

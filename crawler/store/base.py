@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol
@@ -218,9 +219,10 @@ class StoreUnavailable(StoreError):
     message an operator can act on."""
 
 
-def open_store(url: str) -> PageStore:
+def open_store(url: str, create: bool = True) -> PageStore:
     """``sqlite:///path/crawl.db`` (relative), ``sqlite:////abs/path``, or
-    ``postgresql://user:password@host:5432/db``."""
+    ``postgresql://user:password@host:5432/db``. ``create`` False: an SQLite file that is not
+    there is an error, not a new empty store (what reads a store must not make one)."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         raise StoreURLError(f"store URL {redact(url)!r} has no scheme (try sqlite:///path/crawl.db)")
@@ -230,6 +232,8 @@ def open_store(url: str) -> PageStore:
         path = rest[1:] if rest.startswith("/") else rest
         if not path:
             raise StoreURLError(f"store URL {redact(url)!r} names no file")
+        if not create and not os.path.isfile(path):
+            raise StoreURLError(f"store {redact(url)}: no such file {path!r} (nothing was created)")
         return SQLiteStore(path)
     if scheme in ("postgresql", "postgres"):
         from crawler.store.postgres import PostgresStore

@@ -124,6 +124,19 @@ def test_only_runtime_settings_change_and_are_checked_as_at_submission(r: redis.
     assert res.returncode == 2 and "setting store cannot change while a job runs" in res.stderr
     res = cli("set", job, "delay=0.5", "--redis-url", _url(r))
     assert res.returncode == 0 and "delay 0.0 -> 0.5" in res.stdout
+    # An empty --host (an unset $HOST) is a mistake, not the whole job's delay.
+    res = cli("set", job, "--host", "", "delay=1", "--redis-url", _url(r))
+    assert res.returncode == 2 and "not a host name" in res.stderr, res.stderr
+    assert jobs.load(r, job, max_age=0).settings.delay == 0.5
+    # A host the job has no URL of is said so, with the names it may have meant (its port).
+    Frontier(r).admit(job, [Entry("http://127.0.1.9:8802/a")], shards=1, host_budget=100)
+    assert "warning" not in control.set_host_override(r, job, "127.0.1.9:8802", delay=1)
+    got = control.set_host_override(r, job, "127.0.1.9", delay=1)
+    assert got["warning"] == (f"job {job} has no URL of host 127.0.1.9 yet: the override waits for one "
+                              "(did you mean 127.0.1.9:8802?)")
+    res = cli("set", job, "--host", "nosuch.example", "delay=2", "--redis-url", _url(r))
+    assert res.returncode == 0 and res.stderr.strip() == (
+        f"crawler set: warning: job {job} has no URL of host nosuch.example yet: the override waits for one")
 
 
 def test_a_per_host_limit_overrides_the_jobs(r: redis.Redis) -> None:
@@ -198,6 +211,15 @@ def test_metrics_are_prometheus_text_and_logs_carry_worker_errors(r: redis.Redis
 def test_submit_warns_of_a_relative_store_and_of_shards_no_worker_serves(
         r: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
+    # No worker heard from at all (a first submit before any worker started): one line, which
+    # `status --wait` says too (before, both said nothing and waited).
+    first, warnings = control.submit(r, {"store": f"sqlite:///{tmp_path / 'e.db'}", "shards": 2},
+                                     ["http://127.0.1.1/"])
+    assert warnings == ["no worker has sent a heartbeat yet: the job waits for one (start `celery -A crawler "
+                        "worker -Q shard-0,shard-1`; workers send heartbeats while task events are on)"]
+    res = cli("status", first, "--wait", "--timeout", "1", "--redis-url", _url(r))
+    assert res.returncode == 2 and res.stderr.count("no worker has sent a heartbeat yet") == 1, res.stderr
+    jobs.stop(r, first)
     # A worker serving shards 0 and 1 has been heard from; the job gets 4.
     nodes.record_heartbeat(r, "w1@probe", shards=[0, 1], interval=2.0)
     job, warnings = control.submit(r, {"store": "sqlite:///data/c.db", "shards": 4}, ["http://127.0.1.1/"])

@@ -382,6 +382,16 @@ def test_what_a_new_user_got_wrong_is_one_line_each(redis_url: str, tmp_path: Pa
     one_line_failure(cli("demo", "--shop", "--quotes"), 2, "not both")
     one_line_failure(cli("demo", "--path", "/login"), 2, "needs --quotes")
     one_line_failure(cli("demo", "--spider", "x.py:S"), 2, "go with --shop or --quotes")
+    # A store the command cannot open, or one that is not there to read.
+    one_line_failure(cli("submit", "http://127.0.9.200:9/", "--store", "sqlite:////proc/crawl.db",
+                         "--redis-url", redis_url), 2, "cannot open it from here: OperationalError")
+    (tmp_path / "afile").write_text("")
+    one_line_failure(cli("submit", "http://127.0.9.200:9/", "--store", f"sqlite:///{tmp_path}/afile/x/c.db",
+                         "--redis-url", redis_url), 2, "cannot open it from here: NotADirectoryError")
+    missing = tmp_path / "typo" / "crawl.db"
+    one_line_failure(cli("recover", "x", "--store", f"sqlite:///{missing}", "--redis-url", redis_url), 2,
+                     "no such file")
+    assert not (tmp_path / "typo").exists()  # a mistyped path is not made into an empty store
 
 
 def test_a_crawl_whose_workers_fail_leaves_its_job_stopped_saying_why(r: redis.Redis, redis_url: str, tmp_path: Path,

@@ -308,3 +308,51 @@ def test_a_page_reached_by_several_redirects_and_links_is_parsed_once_as_in_scra
         assert [row["near_duplicate_of"] for row in group].count(None) == 1, (final, group)
         assert all(row["near_duplicate_of"] in (None, final) for row in group), group
     assert int(st["counters"]["redirect_duplicates"]) == len(rows) - len(by_final)
+
+
+START_SPIDER = textwrap.dedent('''
+    import scrapy
+
+
+    class Starts(scrapy.Spider):
+        name = "starts"
+        custom_settings = {"ROBOTSTXT_OBEY": False}
+
+        start_urls = ["START_URL"]  # never read: start() is overridden
+
+        def __init__(self, base="", other="", **kw):
+            super().__init__(**kw)
+            self.base, self.other = base, other
+
+        async def start(self):
+            yield scrapy.Request(self.base + "/p/2.html")
+            yield scrapy.Request(self.other + "/p/3.html")
+
+        def parse(self, response):
+            yield {"url": response.url}
+''')
+
+
+def test_a_spider_whose_start_overrides_its_start_urls_starts_where_scrapys_does(
+        make_web: Callable[..., TestWeb], tmp_path: Path, workers: Workers, r: redis.Redis, redis_url: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # start() yields pages of two hosts; start_urls names a third page that Scrapy never asks
+    # for. Before, the job took start_urls as its seeds: it fetched that page, and scoped to its
+    # host dropped the other host's request as out of scope.
+    pytest.importorskip("scrapy")
+    monkeypatch.setenv("CRAWLER_SPIDER_PATHS", os.pathsep.join([os.environ["CRAWLER_SPIDER_PATHS"], str(tmp_path)]))
+    web = make_web(2, 5)
+    base, other = web.origin(0), web.origin(1)
+    file = tmp_path / "starts_spider.py"
+    file.write_text(START_SPIDER.replace("START_URL", base + "/p/1.html"))  # a literal, as the probe wrote it
+    _two_workers(workers)
+    store = f"sqlite:///{tmp_path / 'starts.db'}"
+    settings = Settings.from_env(redis_url=redis_url, shards=2, store=store, allow_networks=["127.0.0.0/8"],
+                                 spider=f"{file}:Starts", spider_args=[f"base={base}", f"other={other}"])
+    job = jobs.submit(r, settings, [])  # no seeds: the spider's own start
+    by_scrapy = run_scrapy(file, "Starts", tmp_path, base=base, other=other)
+    st = wait_done(r, job, timeout=120)
+    assert st["status"] == jobs.DONE, (st.get("error"), st.get("counters"))
+    assert as_set(by_scrapy) == as_set([{"url": base + "/p/2.html"}, {"url": other + "/p/3.html"}])
+    assert as_set(_items(store, job)) == as_set(by_scrapy)
+    assert base + "/p/1.html" not in rows_by_url(tmp_path / "starts.db")

@@ -57,7 +57,10 @@ def test_jobs_settings_hosts_logs_and_errors(client: TestClient, r: redis.Redis,
     assert res.json()["changed"] == {"delay": [0.5, 2.0], "user_agent": [got["settings"]["user_agent"], "bot/2"]}
     assert client.get(f"/api/jobs/{job}/settings").json()["settings"]["delay"] == 2.0
     for body, words in (({"delay": "nan"}, "delay"), ({"shards": "3"}, "cannot change while a job runs"),
-                        ({"nonsense": "1"}, "no setting named"), ({}, "no settings given")):
+                        ({"nonsense": "1"}, "no setting named"), ({}, "no settings given"),
+                        # null meant "unset": each worker then took its own environment's value
+                        ({"per_host": None}, "setting per_host: null is not a value"),
+                        ({"delay": None, "user_agent": "x"}, "setting delay: null is not a value")):
         res = client.patch(f"/api/jobs/{job}/settings", headers=JSON, json=body)
         assert res.status_code == 400, (body, res.text)
         assert words in res.json()["error"] and "\n" not in res.json()["error"]
@@ -109,6 +112,9 @@ def test_jobs_settings_hosts_logs_and_errors(client: TestClient, r: redis.Redis,
     assert res.status_code == 400 and "ftp://x/" in res.json()["error"]
     res = client.post("/api/jobs", headers=JSON, json={"seeds": ["http://127.0.1.1/"], "settings": {}})
     assert res.status_code == 400 and "store URL is required" in res.json()["error"]
+    res = client.post("/api/jobs", headers=JSON, json={"seeds": ["http://127.0.1.1/"], "settings": {
+        "store": f"sqlite:///{tmp_path}/n.db", "max_pages": None}})
+    assert res.status_code == 400 and "setting max_pages: null is not a value" in res.json()["error"]
     res = client.delete("/api/jobs", headers=JSON)
     assert res.status_code == 405 and "error" in res.json()
     assert client.get("/api/nothing").status_code == 404 and "error" in client.get("/api/nothing").json()

@@ -310,6 +310,23 @@ def test_a_spider_reached_through_its_own_base_class_is_read_as_scrapys(tmp_path
     assert (got.max_depth, got.cookies, got.spider_start_requests, seeds) == (2, True, True, [])
 
 
+def test_a_scrapy_spiders_start_urls_are_not_seeds_its_start_yields_them_or_not(tmp_path: Path) -> None:
+    # Taken as seeds, start_urls were fetched where an overridden start() means Scrapy never
+    # reads them, and scoped the job to their domains, dropping start()'s other hosts.
+    (tmp_path / "s.py").write_text(textwrap.dedent("""
+        import scrapy
+
+        class S(scrapy.Spider):
+            name = "s"
+            start_urls = ["http://a.example/b"]
+
+            async def start(self):
+                yield scrapy.Request("http://c.example/")
+    """))
+    got, seeds = prepare(Settings(spider=f"{tmp_path / 's.py'}:S", spider_paths=[str(tmp_path)]), [])
+    assert (seeds, got.allow_domains, got.spider_start_requests) == ([], [], True)
+
+
 # -- parity with Scrapy 2.19 itself: its own middleware, exceptions and JSON encoder as oracles --
 
 @pytest.mark.parametrize("spider_codes", [None, [404], []])

@@ -27,3 +27,12 @@ def test_retry_after_and_robots_expiry_set_the_least_wait() -> None:
     assert POLICY.wait(0, slow, 0.0) == 40.0
     assert POLICY.wait(0, _result("robots_unavailable"), 70.0) == 70.0
     assert POLICY.wait(0, _result("robots_unavailable"), 500.0) == 100.0  # never past the cap
+
+
+def test_statuses_are_retried_as_scrapys_retry_http_codes() -> None:
+    # A 501 POST was sent three times (about 10 s) where Scrapy sends it once.
+    for status in (408, 429, 500, 502, 503, 504, 522, 524):
+        error = "http_429" if status == 429 else "http_5xx" if status >= 500 else "http_4xx"
+        assert POLICY.wait(0, _result(error, status), 0.0) is not None, status
+    for status in (501, 505, 507, 511, 404, 410):
+        assert POLICY.wait(0, _result("http_5xx" if status >= 500 else "http_4xx", status), 0.0) is None, status
