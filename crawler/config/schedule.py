@@ -6,6 +6,7 @@ Pure functions, so the beat task and the store stage share them and tests call t
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -73,15 +74,19 @@ def cron_after(cron: crontab, t: float) -> float:
 
 
 def next_cycle(every: float, cron: str, scheduled: float, now: float) -> float:
-    """When the cycle after the one scheduled at ``scheduled`` starts. Slots already missed
-    (a cycle ran longer than the period) are skipped rather than run back to back."""
+    """When the cycle after the one scheduled at ``scheduled``, starting ``now``, starts. Slots
+    already missed (a cycle ran longer than the period, the job was paused) are skipped rather
+    than run back to back, and so is one less than half a period after ``now``: a cycle started
+    late, just before a slot, was followed by the next within seconds, refetching what it had
+    just fetched."""
     if cron:
         return cron_after(parse_cron(cron), max(now, scheduled))
     if every <= 0:
         raise ValueError("not a periodic job")
     nxt = scheduled + every
-    if nxt <= now:
-        nxt += ((now - nxt) // every + 1) * every
+    earliest = now + every / 2
+    if nxt < earliest:
+        nxt += math.ceil((earliest - nxt) / every) * every
     return nxt
 
 

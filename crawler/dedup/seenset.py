@@ -17,6 +17,7 @@ from crawler.frontier import Entry, Frontier
 from crawler.frontier.core import Admitted
 from crawler.state import keys
 from crawler.state.conn import text
+from crawler.urls import host_key
 
 
 def plus_counts(counts: Mapping[str, int] | None, **more: int) -> dict[str, int]:
@@ -41,16 +42,32 @@ class Claim:
     depth: int
 
 
-# KEYS: the seen hash, the claims hash. ARGV: per claim its target, "<target> <page>" and the mark
-# a new target gets. A claim answered before keeps its answer; a new one is answered by whether
-# the seen hash had the target, which it has from then on.
+# KEYS: the seen hash, the claims hash. ARGV: the job's max_depth, then per claim its target,
+# "<target> <page>" and the claiming page's depth. A claim answered before keeps its answer. A
+# new one is answered by the seen hash as a link's admission would be (``admit.lua``): a target
+# not there, or only dropped by a page budget ('b': never fetched), is the claimer's, marked
+# stored at its depth; one stored too deep for its links while this path is short enough is the
+# claimer's too; one queued deeper takes the claimer's depth (dispatch applies it) and stays the
+# queue's; anything else was seen.
 _CLAIM = """
+local maxd = tonumber(ARGV[1])
 local out = {}
-for i = 1, #ARGV, 3 do
-  local got = redis.call('HGET', KEYS[2], ARGV[i + 1])
+for i = 2, #ARGV, 3 do
+  local target, field, d = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local got = redis.call('HGET', KEYS[2], field)
   if not got then
-    got = tostring(redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 2]))
-    redis.call('HSET', KEYS[2], ARGV[i + 1], got)
+    local cur = redis.call('HGET', KEYS[1], target)
+    got = '0'
+    if not cur or cur == 'b' then
+      got = '1'
+    elseif string.sub(cur, 1, 1) == 'x' then
+      local cd = tonumber(string.sub(cur, 2))
+      if maxd > 0 and d < cd and cd >= maxd and d < maxd then got = '1' end
+    elseif cur ~= 's' and d < tonumber(cur) then
+      redis.call('HSET', KEYS[1], target, d)
+    end
+    if got == '1' then redis.call('HSET', KEYS[1], target, 'x' .. d) end
+    redis.call('HSET', KEYS[2], field, got)
   end
   out[#out + 1] = got
 end
@@ -147,8 +164,8 @@ class ExactSeen:
     def claim_targets(self, claims: Sequence[Claim]) -> list[bool]:
         if not claims:
             return []
-        # ``x<depth>``: stored (the target's page is, under the claimer's row).
-        args = [x for c in claims for x in (c.target, _claim_field(c), f"x{c.depth}")]
+        args: list[str | int] = [self.settings.max_depth]
+        args += [x for c in claims for x in (c.target, _claim_field(c), c.depth)]
         got = self._claim(keys=[keys.seen(self.job_id), keys.redirect_claims(self.job_id)], args=args)
         return [text(g) == "1" for g in got]
 
@@ -165,7 +182,7 @@ class BloomSeenSet:
 
     def __init__(self, redis: Redis, frontier: Frontier, job_id: str, settings: Settings,
                  bloom: BloomSeen | None = None) -> None:
-        self.frontier, self.job_id, self.settings = frontier, job_id, settings
+        self.redis, self.frontier, self.job_id, self.settings = redis, frontier, job_id, settings
         self.bloom = bloom or BloomSeen(redis, job_id, capacity=settings.bloom_capacity, p=settings.bloom_error_rate)
 
     def admit(self, entries: Sequence[Entry], *, token: str = "", part: int | None = None,
@@ -202,7 +219,26 @@ class BloomSeenSet:
         self.bloom.reset()
 
     def claim_targets(self, claims: Sequence[Claim]) -> list[bool]:
-        return self.bloom.claim([c.target for c in claims], [c.page for c in claims], keys.REDIRECTS)
+        got = self.bloom.claim([c.target for c in claims], [c.page for c in claims], keys.REDIRECTS)
+        seen = [c for c, new in zip(claims, got, strict=True) if not new]
+        if not seen:
+            return got
+        # The filter holds what a page budget dropped as well (it is asked first), and such a
+        # URL is never fetched: while a budget is spent, a target it may have dropped is the
+        # claimer's (the page is parsed; a duplicate at worst, as before redirects were claimed).
+        spent = self._budget_spent([c.target for c in seen])
+        return [new or c.target in spent for c, new in zip(claims, got, strict=True)]
+
+    def _budget_spent(self, urls: Sequence[str]) -> set[str]:
+        """Those of ``urls`` the job's page budgets would drop now."""
+        s = self.settings
+        if s.max_pages and int(self.redis.hget(keys.counters(self.job_id), "admitted") or 0) >= s.max_pages:
+            return set(urls)
+        if not s.max_pages_per_host:
+            return set()
+        hosts = [host_key(u) for u in urls]
+        counts = self.redis.hmget(keys.host_admitted(self.job_id), hosts)
+        return {u for u, n in zip(urls, counts, strict=True) if int(n or 0) >= s.max_pages_per_host}
 
     def forget_claims(self, claims: Sequence[Claim]) -> None:
         self.bloom.forget_claims([c.target for c in claims], [c.page for c in claims], keys.REDIRECTS)

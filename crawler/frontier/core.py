@@ -417,12 +417,19 @@ class Frontier:
                 counts: Mapping[str, int] | None = None) -> int:
         """The pages are stored: end their leases. Returns how many this call ended. ``counts``:
         to add to the job's counters, with the script's own."""
+        return len(self.release_stored(job, leases, delay=delay, max_depth=max_depth, counts=counts))
+
+    def release_stored(self, job: str, leases: Sequence[Lease], *, delay: float, max_depth: int = 0,
+                       counts: Mapping[str, int] | None = None) -> list[str]:
+        """``release``, returning the URLs whose leases this call ended as stored: not one whose
+        lease had expired and gone to another fetch, nor one queued again for a shorter path."""
         if not leases:
             if counts:
                 self.count(job, **counts)
-            return 0
-        return int(self._call(self._release, job, time.time(), delay, max_depth, *_counts_args(counts),
-                              *_flat(leases)))
+            return []
+        _, done = self._call(self._release, job, time.time(), delay, max_depth, *_counts_args(counts),
+                             *_flat(leases))
+        return [text(u) for u in done]
 
     def reap(self, job: str, *, delay: float, max_attempts: int, now: float | None = None,
              limit: int = 1000) -> Reaped:

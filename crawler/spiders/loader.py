@@ -220,6 +220,8 @@ def _facts(found: Found, source: bytes) -> dict[str, Any]:
         for stmt in cls.body:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == "start_requests":
                 facts.setdefault("start_requests", True)
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == "start":
+                facts.setdefault("start", True)  # Scrapy 2.13+'s: its default reads start_urls
             key, value = assigned(stmt)
             if key in _FACTS and value is not None and key not in facts:
                 try:
@@ -486,12 +488,13 @@ def prepare(settings: Settings, seeds: list[str], starts: bool | None = None) ->
             raise SpiderUnavailable(f"spider {found.target!r}: the hosts its start_requests yields are not known "
                                     "before it runs: give allowed_domains (a literal list), --allow-domain, or seeds")
         return settings.replace(**changes), seeds
-    # A Scrapy spider's start() runs on a worker and yields its start_urls itself unless it is
-    # overridden, when Scrapy never reads them: taken as seeds here they were fetched although
-    # Scrapy would not, and scoped the job to their domains (dropping what start() yielded).
-    if not seeds and "scrapy" not in facts:
+    # A Scrapy spider that overrides start() or start_requests() starts from what they yield:
+    # Scrapy never reads its start_urls, and taken as seeds they were fetched and scoped the job
+    # to their domains, dropping start()'s other hosts. With Scrapy's own start(), they are the
+    # seeds (requeued every cycle of a periodic job, and what `recover` starts again from).
+    if not seeds and not ("scrapy" in facts and (facts.get("start") or facts.get("start_requests"))):
         seeds = _strings(facts.get("start_urls")) or []
-        if not seeds:
+        if not seeds and "scrapy" not in facts:  # a Scrapy spider's start() runs on a worker
             raise SpiderUnavailable(f"spider {found.target!r}: give seeds (the class has no literal start_urls list, "
                                     "and submitting never runs spider code)")
     return settings.replace(**changes), seeds

@@ -236,9 +236,17 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
     ctx.frontier.expect(job.id, {link_token(token + links_as, shard): groups_to_json(links)
                                  for shard, links in batches.items()},
                         s.lease_timeout)
-    out = [annotated.get(p.url) or (dataclasses.replace(p, near_duplicate_of=seen_first[p.url])
+    out = [annotated.get(p.url) or (_redirect_duplicate(p, seen_first[p.url], spider is not None)
                                     if p.url in seen_first else p) for p in pages if p.url not in lost]
     return out, dict(batches)
+
+
+def _redirect_duplicate(page: FetchedPage, target: str, spider: bool) -> FetchedPage:
+    """A page whose redirect ended at ``target``, seen before it: stored as its duplicate. A
+    spider's items for it are none (a periodic job's row would keep the last cycle's)."""
+    if spider:
+        return dataclasses.replace(page, near_duplicate_of=target, items=(), items_parsed=True)
+    return dataclasses.replace(page, near_duplicate_of=target)
 
 
 

@@ -19,6 +19,8 @@ def is_retryable(reason: str | None) -> bool:
 # Scrapy's RETRY_HTTP_CODES: what a server answers for a passing failure (408: it timed out
 # waiting for the request; 522, 524: a CDN's origin did not answer).
 RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 522, 524})
+# The reasons that are a status's own (not a body refused or cut off whatever the status).
+STATUS_ERRORS = frozenset({errors.HTTP4xx.reason, errors.HTTP5xx.reason, errors.HTTP429.reason})
 
 
 @dataclass(frozen=True)
@@ -40,9 +42,9 @@ class RetryPolicy:
         """Whether the result is a failure worth another try: a server's answer by its status,
         as Scrapy's RETRY_HTTP_CODES has it (a 501 or 505 says the same every time), anything
         else by its reason."""
-        if result.status is not None and result.status >= 400:
+        if result.status is not None and result.status >= 400 and result.error in STATUS_ERRORS:
             return result.status in RETRIED_STATUSES
-        return is_retryable(result.error)
+        return is_retryable(result.error)  # a 503 cut off as too_large is final, as its reason says
 
     def wait(self, attempts: int, result: FetchResult, robots_wait: float) -> float | None:
         """Seconds before the next try of a URL fetched ``attempts + 1`` times so far with

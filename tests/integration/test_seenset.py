@@ -51,3 +51,29 @@ def test_a_redirect_target_is_claimed_once_and_its_claimer_gets_the_same_answer_
     assert not r.exists(keys.redirect_claims(job_id), keys.bloom_memo(job_id, keys.REDIRECTS))
     assert seen.claim_targets([old]) == [False]
     assert seen.claim_targets([]) == []
+
+
+@pytest.mark.parametrize("dedup", ["set", "bloom"])
+def test_a_redirect_target_a_page_budget_dropped_is_the_claimers(r: redis.Redis, dedup: str) -> None:
+    # Dropped by max_pages, the target is never fetched: the page that redirected there, fetched
+    # and paid for, was stored as its duplicate with its items and links lost.
+    settings = Settings.from_env(dedup=dedup, shards=1, max_pages=1)
+    job_id = jobs.submit(r, settings, [A])
+    seen = seen_set(r, Frontier(r), job_id, settings)
+    assert seen.admit([Entry(A + "t", 1)]).queued == []  # over the budget
+    assert seen.claim_targets([Claim(A, A + "t", 0)]) == [True]
+
+
+def test_a_redirect_is_a_shorter_path_as_a_link_would_be(r: redis.Redis) -> None:
+    settings = Settings.from_env(dedup="set", shards=1, max_depth=2)
+    job_id = jobs.submit(r, settings, [A])
+    seen = seen_set(r, Frontier(r), job_id, settings)
+    # Stored at the depth limit (its links cut): a page one hop up that redirects there is its
+    # fetch at the shorter depth, as a link from there would have queued it again.
+    seen.mark_stored([(A + "deep", 2)])
+    assert seen.claim_targets([Claim(A + "x", A + "deep", 1)]) == [True]
+    assert r.hget(keys.seen(job_id), A + "deep") == b"x1"
+    # Queued deeper: it stays the queue's, at the shorter depth.
+    seen.admit([Entry(A + "queued", 2)])
+    assert seen.claim_targets([Claim(A + "y", A + "queued", 1)]) == [False]
+    assert r.hget(keys.seen(job_id), A + "queued") == b"1"

@@ -1,9 +1,9 @@
 -- ARGV: prefix, job, now, delay, max_depth, the caller's counters of the job (``counts_at``), then
 -- (url, token) pairs. Ends leases whose page is
 -- stored; a page expanded at a depth that cut its links, while a shorter path to it turned up,
--- goes back to its queue once more instead.
+-- goes back to its queue once more instead. Returns {pages ended as stored, their URLs}.
 local now, delay, maxd = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
-local n, again, held, freed = 0, 0, 0, {}
+local n, again, held, freed, done = 0, 0, 0, {}, {}
 local cnt, first = counts_at(6)
 local urls = {}
 for i = first, #ARGV, 2 do urls[#urls + 1] = ARGV[i] end
@@ -46,6 +46,7 @@ for _, m in ipairs(mine) do
   else
     if maxd > 0 then add(seen, url, 'x' .. ed) end
     n = n + 1
+    done[n] = url
   end
 end
 send('HSET', KSEEN, seen)
@@ -58,4 +59,4 @@ cnt.queued = (cnt.queued or 0) + QUEUED
 QUEUED = 0
 local got = bump(KCNT, cnt)
 done_check(now, got.open)
-return n
+return {n, done}

@@ -49,6 +49,10 @@ def test_next_cycle_keeps_the_beat_and_skips_missed_slots() -> None:
     assert schedule.next_cycle(60, "", 1000, 1030) == 1060
     # A cycle that ran three periods long: the missed slots are skipped, not run back to back.
     assert schedule.next_cycle(60, "", 1000, 1185) == 1240
+    # Started late (resumed after a pause) just before a slot: not followed within seconds.
+    assert schedule.next_cycle(20, "", 20, 79) == 100
+    assert schedule.next_cycle(20, "", 20, 70) == 80  # half a period at least
+    assert schedule.next_cycle(60, "", 1000, 1000.5) == 1060  # a beat's tick late: the beat kept
     assert schedule.period(0, "*/5 * * * *", ts("2026-11-21 22:04:26")) == 300
 
 

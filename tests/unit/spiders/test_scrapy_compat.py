@@ -325,6 +325,16 @@ def test_a_scrapy_spiders_start_urls_are_not_seeds_its_start_yields_them_or_not(
     """))
     got, seeds = prepare(Settings(spider=f"{tmp_path / 's.py'}:S", spider_paths=[str(tmp_path)]), [])
     assert (seeds, got.allow_domains, got.spider_start_requests) == ([], [], True)
+    # With Scrapy's own start(), start_urls are what it yields: the job's seeds, as before.
+    (tmp_path / "d.py").write_text(textwrap.dedent("""
+        import scrapy
+
+        class D(scrapy.Spider):
+            name = "d"
+            start_urls = ["http://a.example/b"]
+    """))
+    got, seeds = prepare(Settings(spider=f"{tmp_path / 'd.py'}:D", spider_paths=[str(tmp_path)]), [])
+    assert (seeds, got.spider_start_requests) == (["http://a.example/b"], True)
 
 
 # -- parity with Scrapy 2.19 itself: its own middleware, exceptions and JSON encoder as oracles --

@@ -36,3 +36,6 @@ def test_statuses_are_retried_as_scrapys_retry_http_codes() -> None:
         assert POLICY.wait(0, _result(error, status), 0.0) is not None, status
     for status in (501, 505, 507, 511, 404, 410):
         assert POLICY.wait(0, _result("http_5xx" if status >= 500 else "http_4xx", status), 0.0) is None, status
+    # A failing answer refused for its body keeps its own reason's verdict: final.
+    assert POLICY.wait(0, _result("too_large", 503), 0.0) is None
+    assert POLICY.wait(0, _result("refused_type", 500), 0.0) is None
