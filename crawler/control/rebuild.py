@@ -36,6 +36,7 @@ from crawler.frontier import Frontier
 from crawler.spiders.request import strip_mark
 from crawler.stages import Context, dedup_stage
 from crawler.stages.messages import LinkGroup
+from crawler.stages.redirects import redirect_target
 from crawler.state.jobconf import Job
 from crawler.store import JobDefinition, PageStore
 from crawler.urls import domain_of, host_key, paged_variant, query_variant
@@ -72,6 +73,7 @@ class _Row:
     simhash: str | None
     requests: dict[str, str] | None = None  # key -> spec of the outlinks that are spiders' requests
     request: str = ""  # the spec of the request the page answers
+    final_url: str = ""
 
 
 def _rows(store: PageStore, job_id: str) -> list[_Row]:
@@ -79,7 +81,7 @@ def _rows(store: PageStore, job_id: str) -> list[_Row]:
                  float(p["fetched_at"] or 0.0), list(p["outlinks"] or []), p["error"], bool(p.get("nofollow")),
                  p["near_duplicate_of"], p["simhash"],
                  {str(k): str(v) for k, v in p["requests"]} if p.get("requests") else None,
-                 p.get("request") or "")
+                 p.get("request") or "", p.get("final_url") or "")
             for p in store.pages(job_id)]
 
 
@@ -152,9 +154,16 @@ def recover(redis: Redis, store: PageStore, job_id: str, now: float | None = Non
     _write_meta(redis, job, definition, cycle, current, now)
     _restart_counters(redis, job, rows, current)
     stored_depth = {r.url: r.depth for r in current}
+    # A page's redirect target is its (parse claimed it): a link to it is not followed again.
+    redirected: dict[str, int] = {}
+    for r in current:
+        if (target := redirect_target(r.url, r.final_url, s)) is not None:
+            redirected[target] = min(r.depth, redirected.get(target, r.depth))
+    for target, depth in redirected.items():
+        stored_depth.setdefault(target, depth)
     due = [r for r in older if r.next_visit <= now and r.url not in stored_depth]
     not_due = [r.url for r in older if r.next_visit > now and r.url not in stored_depth]
-    _mark_seen(redis, job, current, not_due)
+    _mark_seen(redis, job, current, not_due, redirected)
     if s.near_duplicates:
         _index_near_duplicates(redis, job, current)
 
@@ -227,12 +236,14 @@ def _restart_counters(redis: Redis, job: Job, rows: list[_Row], current: list[_R
         Frontier(redis).add_host_admitted(job.id, per_host)
 
 
-def _mark_seen(redis: Redis, job: Job, current: list[_Row], not_due: list[str]) -> None:
+def _mark_seen(redis: Redis, job: Job, current: list[_Row], not_due: list[str], redirected: dict[str, int]) -> None:
     seen = seen_set(redis, Frontier(redis), job.id, job.settings)
     for chunk in _chunks(not_due):
         seen.mark_skipped(chunk)
     # After the skipped ones: a page both stored and not due is marked stored.
-    for pages in _chunks([(r.url, r.depth) for r in current]):
+    own = {r.url for r in current}
+    stored = [(r.url, r.depth) for r in current] + [(t, d) for t, d in redirected.items() if t not in own]
+    for pages in _chunks(stored):
         seen.mark_stored(pages)
 
 

@@ -182,6 +182,11 @@ def test_recover_names_a_missing_job_in_one_line(r: redis.Redis, tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     store_url = f"sqlite:///{tmp_path / 'c.db'}"
     assert main(["recover", "nope", "--store", store_url]) == 2
+    assert capsys.readouterr().err.strip() == (f"crawler recover: store {store_url}: no such file "
+                                               f"'{tmp_path / 'c.db'}' (nothing was created)")
+    assert not (tmp_path / "c.db").exists()
+    open_store(store_url).close()
+    assert main(["recover", "nope", "--store", store_url]) == 2
     assert capsys.readouterr().err.strip() == "crawler recover: no job nope is recorded in the store"
 
 
@@ -227,3 +232,18 @@ def test_a_link_batch_that_is_not_pending_leaves_the_bloom_filter_alone(r: redis
     assert stages.dedup_stage(ctx, job, "gone-before-the-loss:0", groups_from_json([[B, 1, A]])) == []
     assert stages.dedup_stage(ctx, job, "", groups_from_json([[B, 1, A]])) == [B]  # still new: queued now
     ctx.close()
+
+
+@pytest.mark.parametrize("dedup", ["set", "bloom"])
+def test_recover_keeps_a_redirect_target_its_redirecting_pages(r: redis.Redis, tmp_path: Path, dedup: str) -> None:
+    # A's fetch ended at T (parse claimed it). After a rebuild, a link to T must not fetch and
+    # parse T again: its content is A's row's, and a spider would yield its items twice.
+    store_url = f"sqlite:///{tmp_path / 'c.db'}"
+    job_id = jobs.submit(r, Settings.from_env(store=store_url, obey_robots=False, dedup=dedup), [A])
+    target = "http://a.example/moved-here"
+    store = open_store(store_url)
+    store.put([PageRecord(url=A, job_id=job_id, fetch_id="f", status=200, final_url=target, outlinks=[target])])
+    _lose_redis(r, job_id)
+    recover(r, store, job_id)
+    ctx = stages.Context.default(r)
+    assert stages.dedup_stage(ctx, jobs.load(r, job_id), "", groups_from_json([[target, 1, A]])) == []
