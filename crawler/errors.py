@@ -59,6 +59,10 @@ class ConfigError(CrawlerError, ValueError):
     """A setting, flag or argument cannot be used; the message names it, in one line."""
 
 
+class JobStateConflict(CrawlerError):
+    """The job is not in a state the operation applies to (pausing a stopped job)."""
+
+
 class JobNotFound(CrawlerError, KeyError):
     """No job has this id (in Redis, or in the store being recovered from). A ``KeyError`` too,
     so callers that catch that still do; ``args[0]`` is the one-line message."""

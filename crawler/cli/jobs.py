@@ -123,17 +123,18 @@ def cmd_pause(args: argparse.Namespace) -> int:
     client = redis_client(args.redis_url)
     was = control.status(client, args.job)["status"]
     now = control.pause(client, args.job, by=requester())
-    note = "" if now == control.PAUSED else f" (was {was}: only a running or waiting job pauses)"
-    print(f"job {args.job}: {now}{note}")
-    return 0 if now == control.PAUSED else 1
+    why = control.not_applied("pause", was, now)
+    print(f"job {args.job}: {now}" + (f" ({why})" if why else ""))
+    return 1 if why else 0
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     client = redis_client(args.redis_url)
     was = control.status(client, args.job)["status"]
     now = control.resume(client, args.job, by=requester())
-    print(f"job {args.job}: {now}" + ("" if was == control.PAUSED else " (it was not paused)"))
-    return 0 if was == control.PAUSED else 1
+    why = control.not_applied("resume", was, now)
+    print(f"job {args.job}: {now}" + (f" ({why})" if why else ""))
+    return 1 if why else 0
 
 
 def cmd_set(args: argparse.Namespace) -> int:

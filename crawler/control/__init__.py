@@ -204,6 +204,16 @@ def pause(r: Redis, job_id: str, by: str = "") -> str:
     return str(jobs.status(r, job_id)["status"])
 
 
+def not_applied(operation: str, was: str, now: str) -> str:
+    """Why ``pause`` or ``resume`` left a job that ``was`` so as it is ``now``; "" if it applied.
+    The CLI prints it beside the status; the API answers 409 with it."""
+    if operation == "pause" and now != PAUSED:
+        return f"was {was}: only a running or waiting job pauses"
+    if operation == "resume" and was != PAUSED:
+        return f"was {was}: only a paused job resumes"
+    return ""
+
+
 def resume(r: Redis, job_id: str, by: str = "") -> str:
     _exists(r, job_id)
     jobs.resume(r, job_id, by=by)

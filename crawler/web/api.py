@@ -14,7 +14,7 @@ from redis import Redis
 
 from crawler import control
 from crawler.config.settings import parse_text
-from crawler.errors import ConfigError
+from crawler.errors import ConfigError, JobStateConflict
 
 
 @dataclass
@@ -104,7 +104,16 @@ def _action(name: str) -> Callable[[Call], Any]:
     act: Callable[..., str] = getattr(control, name)
 
     def run(call: Call) -> Any:
-        return {"id": _job(call), "status": act(call.r, _job(call), by=call.by)}
+        job = _job(call)
+        if name not in ("pause", "resume"):
+            return {"id": job, "status": act(call.r, job, by=call.by)}
+        # As the CLI: a pause of a stopped job is refused with the reason, not answered 200.
+        was = control.status(call.r, job)["status"]
+        now = act(call.r, job, by=call.by)
+        why = control.not_applied(name, was, now)
+        if why:
+            raise JobStateConflict(f"job {job}: {why}")
+        return {"id": job, "status": now}
 
     run.__name__ = f"_{name}"
     return run

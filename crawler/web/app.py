@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from crawler import control
 from crawler.config.redact import redact
-from crawler.errors import BadURL, CrawlerError, JobNotFound
+from crawler.errors import BadURL, CrawlerError, JobNotFound, JobStateConflict
 from crawler.web import openapi
 from crawler.web.api import ENDPOINTS, Call, Endpoint
 from crawler.web.auth import Auth, Hosts, cross_site_refusal
@@ -66,6 +66,8 @@ def _failure(exc: BaseException) -> JSONResponse | None:
     """The response for an error the API answers in one line (None: a bug, let it show)."""
     if isinstance(exc, JobNotFound):
         return _error(404, _message(exc))
+    if isinstance(exc, JobStateConflict):
+        return _error(409, str(exc))
     if isinstance(exc, BodyTooLarge):
         # Closing makes the server stop reading: on a kept-alive connection it would read and
         # drop the rest of the body, all 200 MB of it.

@@ -23,6 +23,8 @@ def document(version: str) -> dict[str, Any]:
         if e.params:
             op["parameters"] = [{"name": p.name, "in": p.where, "required": p.where == "path",
                                  "description": p.doc, "schema": {"type": p.kind}} for p in e.params]
+        if e.operation in ("pause", "resume"):
+            op["responses"]["409"] = _ERROR  # the job is not in a state it applies to
         if e.body is not None:
             op["requestBody"] = {"required": True, "content": {"application/json": {"schema": e.body}}}
             op["responses"]["413"] = _ERROR

@@ -105,6 +105,14 @@ def test_jobs_settings_hosts_logs_and_errors(client: TestClient, r: redis.Redis,
     assert client.get("/api/jobs/nope").json() == {"error": "no such job: nope"}
     assert client.get("/api/jobs/nope").status_code == 404
     assert client.post("/api/jobs/nope/pause", headers=JSON).status_code == 404
+    # As the CLI: a pause that does not apply is refused with its reason, not answered 200.
+    client.post(f"/api/jobs/{job}/stop", headers=JSON)
+    res = client.post(f"/api/jobs/{job}/pause", headers=JSON)
+    assert res.status_code == 409 and res.json() == {
+        "error": f"job {job}: was stopped: only a running or waiting job pauses"}, res.text
+    res = client.post(f"/api/jobs/{job}/resume", headers=JSON)
+    assert res.status_code == 409 and "only a paused job resumes" in res.json()["error"]
+    assert "409" in client.get("/openapi.json").json()["paths"]["/api/jobs/{job}/pause"]["post"]["responses"]
     res = client.post("/api/jobs", headers=JSON, content=b"{not json")
     assert res.status_code == 400 and res.json()["error"].startswith("request body is not JSON")
     res = client.post("/api/jobs", headers=JSON, json={"seeds": ["ftp://x/"], "settings": {"store": "sqlite:///"
