@@ -6,7 +6,6 @@ Pure functions, so the beat task and the store stage share them and tests call t
 from __future__ import annotations
 
 import datetime as dt
-import math
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -84,9 +83,11 @@ def next_cycle(every: float, cron: str, scheduled: float, now: float) -> float:
     if every <= 0:
         raise ValueError("not a periodic job")
     nxt = scheduled + every
-    earliest = now + every / 2
-    if nxt < earliest:
-        nxt += math.ceil((earliest - nxt) / every) * every
+    # Missed a whole slot (a pause, a long cycle): the next is half a period away at least. A
+    # start only as late as the beat's tick keeps the slots as they are.
+    earliest = now + every / 2 if now - scheduled >= every else now
+    if nxt <= earliest:
+        nxt += ((earliest - nxt) // every + 1) * every
     return nxt
 
 

@@ -157,7 +157,10 @@ def recover(redis: Redis, store: PageStore, job_id: str, now: float | None = Non
     # A page's redirect target is its (parse claimed it): a link to it is not followed again.
     redirected: dict[str, int] = {}
     for r in current:
-        if (target := redirect_target(r.url, r.final_url, s)) is not None:
+        # Only a page that won its claim holds its target: one stored as the target's duplicate
+        # lost it to a link or a queue, and the target may never have been fetched.
+        target = redirect_target(r.url, r.final_url, s) if r.error is None else None
+        if target is not None and r.near_duplicate_of != target:
             redirected[target] = min(r.depth, redirected.get(target, r.depth))
     for target, depth in redirected.items():
         stored_depth.setdefault(target, depth)

@@ -247,3 +247,22 @@ def test_recover_keeps_a_redirect_target_its_redirecting_pages(r: redis.Redis, t
     recover(r, store, job_id)
     ctx = stages.Context.default(r)
     assert stages.dedup_stage(ctx, jobs.load(r, job_id), "", groups_from_json([[target, 1, A]])) == []
+
+
+def test_recover_fetches_a_redirect_target_whose_redirecting_page_lost_its_claim(
+        r: redis.Redis, tmp_path: Path) -> None:
+    # A was stored as T's duplicate: T was queued (or linked) first, and Redis was lost before T
+    # was fetched. T is not A's: the rebuild must queue it from the link to it.
+    store_url = f"sqlite:///{tmp_path / 'c.db'}"
+    job_id = jobs.submit(r, Settings.from_env(store=store_url, obey_robots=False), [A])
+    target = "http://a.example/moved-here"
+    store = open_store(store_url)
+    store.put([PageRecord(url=A, job_id=job_id, fetch_id="f", status=200, outlinks=[B]),
+               PageRecord(url=B, job_id=job_id, fetch_id="f", status=200, final_url=target,
+                          near_duplicate_of=target, depth=1),
+               PageRecord(url="http://a.example/c", job_id=job_id, fetch_id="f", status=200, outlinks=[target],
+                          depth=1)])
+    _lose_redis(r, job_id)
+    done = recover(r, store, job_id)
+    assert done.queued == 1, done
+    assert jobs.status(r, job_id)["status"] == jobs.RUNNING

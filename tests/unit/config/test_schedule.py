@@ -51,8 +51,10 @@ def test_next_cycle_keeps_the_beat_and_skips_missed_slots() -> None:
     assert schedule.next_cycle(60, "", 1000, 1185) == 1240
     # Started late (resumed after a pause) just before a slot: not followed within seconds.
     assert schedule.next_cycle(20, "", 20, 79) == 100
-    assert schedule.next_cycle(20, "", 20, 70) == 80  # half a period at least
+    assert schedule.next_cycle(20, "", 20, 70) == 100  # more than half a period
     assert schedule.next_cycle(60, "", 1000, 1000.5) == 1060  # a beat's tick late: the beat kept
+    # A short period and a tick late by more than half of it, no slot missed: the slots stay.
+    assert schedule.next_cycle(8, "", 0, 5) == 8
     assert schedule.period(0, "*/5 * * * *", ts("2026-11-21 22:04:26")) == 300
 
 
