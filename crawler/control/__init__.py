@@ -383,15 +383,16 @@ def set_host_override(r: Redis, job_id: str, host: str, delay: Any = None, per_h
     _exists(r, job_id)
     shards = jobs.load(r, job_id).settings.shards
     override = HostOverride(d, n)
-    Frontier(r).set_host_override(job_id, host, override, shards)
+    frontier = Frontier(r)
+    frontier.set_host_override(job_id, host, override, shards)
     _host_tables.pop(job_id)
     parts = [f"delay {d:g}s" if d is not None else "", f"per_host {n}" if n is not None else ""]
     joblog.log_event(r, job_id, "host_override", f"{host}: {', '.join(p for p in parts if p)}", by=by)
     out: dict[str, Any] = {"host": host, "override": {k: v for k, v in asdict(override).items() if v is not None}}
-    if not Frontier(r).host_known(job_id, host):
+    if not frontier.host_known(job_id, host):
         # A host with a port is named with it: "127.0.3.2" is not "127.0.3.2:8802", and an
         # override of the one left the other's requests as they were, without a word.
-        near = Frontier(r).hosts_like(job_id, host)
+        near = frontier.hosts_like(job_id, host)
         out["warning"] = (f"job {job_id} has no URL of host {host} yet: the override waits for one"
                           + (f" (did you mean {', '.join(near)}?)" if near else ""))
     return out

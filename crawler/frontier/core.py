@@ -417,19 +417,23 @@ class Frontier:
                 counts: Mapping[str, int] | None = None) -> int:
         """The pages are stored: end their leases. Returns how many this call ended. ``counts``:
         to add to the job's counters, with the script's own."""
-        return len(self.release_stored(job, leases, delay=delay, max_depth=max_depth, counts=counts))
+        return int(self._released(job, leases, delay, max_depth, counts, tell=False)[0])
 
     def release_stored(self, job: str, leases: Sequence[Lease], *, delay: float, max_depth: int = 0,
                        counts: Mapping[str, int] | None = None) -> list[str]:
         """``release``, returning the URLs whose leases this call ended as stored: not one whose
         lease had expired and gone to another fetch, nor one queued again for a shorter path."""
+        return [text(u) for u in self._released(job, leases, delay, max_depth, counts, tell=True)[1]]
+
+    def _released(self, job: str, leases: Sequence[Lease], delay: float, max_depth: int,
+                  counts: Mapping[str, int] | None, tell: bool) -> tuple[int, list[Any]]:
         if not leases:
             if counts:
                 self.count(job, **counts)
-            return []
-        _, done = self._call(self._release, job, time.time(), delay, max_depth, *_counts_args(counts),
+            return 0, []
+        n, done = self._call(self._release, job, time.time(), delay, max_depth, int(tell), *_counts_args(counts),
                              *_flat(leases))
-        return [text(u) for u in done]
+        return int(n), done
 
     def reap(self, job: str, *, delay: float, max_attempts: int, now: float | None = None,
              limit: int = 1000) -> Reaped:

@@ -249,7 +249,6 @@ def _redirect_duplicate(page: FetchedPage, target: str, spider: bool) -> Fetched
     return dataclasses.replace(page, near_duplicate_of=target)
 
 
-
 def with_main_text(page: FetchedPage, body: bytes, fmt: str, tally: Counter[str]) -> FetchedPage:
     """``page`` with its main text (as ``fmt``, the job's ``extract``), counted in ``tally`` as
     ``extracted``; or ``page`` with ``main_format`` but no ``main_text``, counted

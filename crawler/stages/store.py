@@ -76,15 +76,18 @@ def store_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage], re
         jobs.count_cycle(ctx.redis, job.id, pages[0].cycle, new=tally[schedule.NEW],
                          changed=tally[schedule.CHANGED], unchanged=tally[schedule.UNCHANGED],
                          gone=tally[schedule.GONE])
-    ended = ctx.frontier.release_stored(job.id, [(p.url, token) for p in pages], delay=s.delay,
-                                        max_depth=s.max_depth)
-    # Stored, and its lease ended here: a page redirected elsewhere will not be parsed again, its
-    # claim's answer can go. One whose lease had expired is being fetched again by someone else,
-    # who must get the same answer (else it is stored as a duplicate of its own target).
-    stored_here = set(ended)
-    claims = redirect_claims([p for p in pages if p.url in stored_here], s) if ended else []
-    if claims:
-        ctx.seen_set(job).forget_claims(claims)
+    leases = [(p.url, token) for p in pages]
+    claims = redirect_claims(pages, s)
+    if not claims:  # most batches: nothing to let go, so no URLs need come back
+        ctx.frontier.release(job.id, leases, delay=s.delay, max_depth=s.max_depth)
+    else:
+        # Stored, and its lease ended here: a page redirected elsewhere will not be parsed again,
+        # its claim's answer can go. One whose lease had expired is being fetched again by someone
+        # else, who must get the same answer (else it is stored as a duplicate of its own target).
+        ended = set(ctx.frontier.release_stored(job.id, leases, delay=s.delay, max_depth=s.max_depth))
+        gone = [c for c in claims if c.page in ended]
+        if gone:
+            ctx.seen_set(job).forget_claims(gone)
     pipe = ctx.redis.pipeline(transaction=False)
     body_keys = [k for p in pages for k in (p.body_key, p.rendered_key) if k]
     if body_keys:

@@ -6,7 +6,6 @@ import itertools
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import redis
 from crawler import jobs
 from crawler.config.settings import Settings
 from crawler.frontier.sharding import shard_of_url
+from crawler.local.redis_server import free_port
 from crawler.state import keys
 from crawler.testweb import TestWeb
 from crawler.testweb.server import Hit
@@ -342,9 +342,7 @@ def test_a_crawl_of_a_loopback_site_without_allow_net_says_how_to_allow_it(
 def test_a_crawl_of_a_seed_that_refuses_connections_fails_within_seconds_and_says_why(tmp_path: Path) -> None:
     # A first crawl with a typo in the port: it sat for 10 minutes (robots_retry per attempt),
     # then exited 0 as if all was well.
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.2.9", 0))
-        dead = f"http://127.0.2.9:{s.getsockname()[1]}/"
+    dead = f"http://127.0.2.9:{free_port('127.0.2.9')}/"  # a port nothing listens on
     started = time.monotonic()
     res = cli("crawl", dead, "--out", str(tmp_path / "o"), "-q", env=no_private_redis_env())
     assert time.monotonic() - started < 60

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +14,7 @@ import redis
 
 from crawler import jobs
 from crawler.config.settings import Settings
+from crawler.local.redis_server import free_port
 from crawler.testweb import TestWeb, WebModel
 from tests.conftest import Workers, rows_by_url, wait_done
 from tests.integration.test_crawl import cli
@@ -29,6 +29,15 @@ def _crawl(r: redis.Redis, web: TestWeb, tmp_path: Path, seeds: list[str] | None
     job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{db}", **settings), seeds or web.seeds())
     st = wait_done(r, job_id, timeout=timeout)
     return job_id, st, rows_by_url(db)
+
+
+def _waiting_on_robots(r: redis.Redis, web: TestWeb, tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    """A job of ``web``'s seeds, and its status once some origin waits on its robots.txt (or 30 s)."""
+    job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{tmp_path / 'c.db'}"), web.seeds())
+    deadline = time.monotonic() + 30
+    while not (st := jobs.status(r, job_id))["robots_wait"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return job_id, st
 
 
 def _hits(web: TestWeb, path: str, site: int = 0) -> list[Any]:
@@ -195,10 +204,7 @@ def test_status_names_the_hosts_waiting_on_robots_txt(make_web: Callable[..., Te
     web.route(1, "/robots.txt", hw.body(b"busy", 503))  # a server that is there and failing
     busy = web.origin(1)
     workers.start("w", ALL)
-    job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{tmp_path / 'c.db'}"), web.seeds())
-    deadline = time.monotonic() + 30
-    while not (st := jobs.status(r, job_id))["robots_wait"] and time.monotonic() < deadline:
-        time.sleep(0.1)
+    job_id, st = _waiting_on_robots(r, web, tmp_path)
     try:
         [wait] = st["robots_wait"]
         assert wait["origin"] == busy and wait["reason"] == "http_5xx" and st["robots_waiting"] == 1
@@ -217,9 +223,7 @@ def test_a_host_that_refuses_connections_fails_its_urls_as_connect_errors_within
     # of it), but only for retry_base, as the page's own connect error would wait; before, each
     # attempt sat out robots_retry (5 minutes) and a dead seed took 10 minutes to fail.
     web = make_web(1, 3)
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.2.9", 0))
-        dead = f"http://127.0.2.9:{s.getsockname()[1]}"
+    dead = f"http://127.0.2.9:{free_port('127.0.2.9')}"  # a port nothing listens on
     workers.start("w", ALL)
     started = time.monotonic()
     _, st, rows = _crawl(r, web, tmp_path, seeds=[*web.seeds(), f"{dead}/", f"{dead}/other"], timeout=60)
@@ -277,15 +281,10 @@ def test_a_robots_txt_redirected_to_a_dead_server_holds_a_live_origin_for_robots
     # The origin answered; only its robots.txt's new home is not there. Its pages wait as for a
     # 5xx (status names the wait), not fail as connect errors of a server that is up.
     web = make_web(1, 3)
-    with socket.socket() as s:
-        s.bind(("127.0.2.9", 0))
-        dead = f"http://127.0.2.9:{s.getsockname()[1]}"
+    dead = f"http://127.0.2.9:{free_port('127.0.2.9')}"  # a port nothing listens on
     web.route(0, "/robots.txt", hw.redirect(dead + "/robots.txt"))
     workers.start("w", ALL)
-    job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{tmp_path / 'c.db'}"), web.seeds())
-    deadline = time.monotonic() + 30
-    while not (st := jobs.status(r, job_id))["robots_wait"] and time.monotonic() < deadline:
-        time.sleep(0.1)
+    job_id, st = _waiting_on_robots(r, web, tmp_path)
     try:
         [wait] = st["robots_wait"]
         assert wait["origin"] == web.origin(0) and wait["reason"] == "connect", wait

@@ -20,6 +20,7 @@ import redis
 
 from crawler import jobs
 from crawler.config.settings import Settings
+from crawler.local.redis_server import free_port
 from crawler.store import open_store
 from crawler.testweb import TestWeb
 from tests.conftest import ROOT, Workers, rows_by_url, wait_done
@@ -51,6 +52,25 @@ def _submit(r: redis.Redis, redis_url: str, store: str, spider: str, seeds: list
     settings = Settings.from_env(redis_url=redis_url, shards=2, store=store, allow_networks=["127.0.0.0/8"],
                                  spider=spider, **kw)
     return jobs.submit(r, settings, seeds)
+
+
+def _ours_and_scrapys(r: redis.Redis, redis_url: str, workers: Workers, tmp_path: Path,
+                      monkeypatch: pytest.MonkeyPatch, name: str, source: str, cls: str,
+                      **args: str) -> tuple[Path, str, dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The spider ``cls`` of ``source`` (written to ``<name>.py``, no seeds: its own start), run by
+    the crawler (two workers) and by Scrapy itself with the same arguments: (our store's file, our
+    job, its final status, our items, Scrapy's items)."""
+    monkeypatch.setenv("CRAWLER_SPIDER_PATHS", os.pathsep.join([os.environ["CRAWLER_SPIDER_PATHS"], str(tmp_path)]))
+    file = tmp_path / f"{name}.py"
+    file.write_text(source)
+    _two_workers(workers)
+    db = tmp_path / f"{name}.db"
+    job = _submit(r, redis_url, f"sqlite:///{db}", f"{file}:{cls}", [],
+                  spider_args=[f"{k}={v}" for k, v in args.items()])
+    by_scrapy = run_scrapy(file, cls, tmp_path, **args)
+    st = wait_done(r, job, timeout=180)
+    assert st["status"] == jobs.DONE, (st.get("error"), st.get("counters"))
+    return db, job, st, _items(f"sqlite:///{db}", job), by_scrapy
 
 
 def test_scrapy_spiders_run_unchanged_and_give_scrapys_own_items(make_web: Callable[..., TestWeb], tmp_path: Path,
@@ -218,22 +238,10 @@ def test_failed_requests_and_item_types_reach_the_spider_as_in_scrapy(
         make_web: Callable[..., TestWeb], tmp_path: Path, workers: Workers, r: redis.Redis, redis_url: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("scrapy")
-    import socket
-
-    monkeypatch.setenv("CRAWLER_SPIDER_PATHS", os.pathsep.join([os.environ["CRAWLER_SPIDER_PATHS"], str(tmp_path)]))
     _, _, origin = quotes_web(make_web)
-    with socket.socket() as s:  # a port nothing listens on: the connection is refused
-        s.bind(("127.0.0.1", 0))
-        refused = f"http://127.0.0.1:{s.getsockname()[1]}/x"
-    file = tmp_path / "parity_spider.py"
-    file.write_text(PARITY_SPIDER)
-    _two_workers(workers)
-    store = f"sqlite:///{tmp_path / 'parity.db'}"
-    job = _submit(r, redis_url, store, f"{file}:Parity", [], spider_args=[f"base={origin}", f"refused={refused}"])
-    by_scrapy = run_scrapy(file, "Parity", tmp_path, base=origin, refused=refused)
-    st = wait_done(r, job, timeout=180)
-    assert st["status"] == jobs.DONE, (st.get("error"), st.get("counters"))
-    ours = _items(store, job)
+    refused = f"http://127.0.0.1:{free_port()}/x"  # a port nothing listens on: the connection is refused
+    _, _, _, ours, by_scrapy = _ours_and_scrapys(r, redis_url, workers, tmp_path, monkeypatch, "parity_spider",
+                                                 PARITY_SPIDER, "Parity", base=origin, refused=refused)
     assert as_set(ours) == as_set(by_scrapy)
     assert {"tag": "empty", "to": "errback", "type": "HttpError", "status": 404, "refused": False} in ours
     assert {"tag": "refused", "to": "errback", "type": "DownloadConnectionRefusedError", "status": None,
@@ -272,7 +280,6 @@ def test_a_page_reached_by_several_redirects_and_links_is_parsed_once_as_in_scra
     pytest.importorskip("scrapy")
     from tests.web import handlers as hw
 
-    monkeypatch.setenv("CRAWLER_SPIDER_PATHS", os.pathsep.join([os.environ["CRAWLER_SPIDER_PATHS"], str(tmp_path)]))
     web = make_web(1, 1)
     origin = web.origin(0)
     web.route(0, "/", hw.body(hw.html("home", ["/old-a", "/old-b", "/hop-1", "/new", "/moved"])))
@@ -283,21 +290,14 @@ def test_a_page_reached_by_several_redirects_and_links_is_parsed_once_as_in_scra
     web.route(0, "/new", hw.body(hw.html("new", ["/"])))
     web.route(0, "/moved", hw.redirect("/fresh"))
     web.route(0, "/fresh", hw.body(hw.html("fresh", ["/new"])))
-    file = tmp_path / "moved_spider.py"
-    file.write_text(REDIRECT_SPIDER)
-    _two_workers(workers)
-    store = f"sqlite:///{tmp_path / 'moved.db'}"
-    job = _submit(r, redis_url, store, f"{file}:Moved", [], spider_args=[f"base={origin}"])
-    by_scrapy = run_scrapy(file, "Moved", tmp_path, base=origin)
-    st = wait_done(r, job, timeout=120)
-    assert st["status"] == jobs.DONE, (st.get("error"), st.get("counters"))
-    ours = _items(store, job)
+    db, _, st, ours, by_scrapy = _ours_and_scrapys(r, redis_url, workers, tmp_path, monkeypatch, "moved_spider",
+                                                   REDIRECT_SPIDER, "Moved", base=origin)
     assert len(by_scrapy) == len(as_set(by_scrapy)) == 3  # home, new, fresh: once each
     assert len(ours) == len(as_set(ours)), ours  # no item twice
     assert as_set(ours) == as_set(by_scrapy)
     # Every way in was fetched and has its row; of the rows ending at one page, one was parsed
     # and the others say whose duplicate they are.
-    rows = rows_by_url(tmp_path / "moved.db")
+    rows = rows_by_url(db)
     by_final: dict[str, list[dict[str, Any]]] = {}
     for row in rows.values():
         by_final.setdefault(row["final_url"], []).append(row)
@@ -340,19 +340,11 @@ def test_a_spider_whose_start_overrides_its_start_urls_starts_where_scrapys_does
     # for. Before, the job took start_urls as its seeds: it fetched that page, and scoped to its
     # host dropped the other host's request as out of scope.
     pytest.importorskip("scrapy")
-    monkeypatch.setenv("CRAWLER_SPIDER_PATHS", os.pathsep.join([os.environ["CRAWLER_SPIDER_PATHS"], str(tmp_path)]))
     web = make_web(2, 5)
     base, other = web.origin(0), web.origin(1)
-    file = tmp_path / "starts_spider.py"
-    file.write_text(START_SPIDER.replace("START_URL", base + "/p/1.html"))  # a literal, as the probe wrote it
-    _two_workers(workers)
-    store = f"sqlite:///{tmp_path / 'starts.db'}"
-    settings = Settings.from_env(redis_url=redis_url, shards=2, store=store, allow_networks=["127.0.0.0/8"],
-                                 spider=f"{file}:Starts", spider_args=[f"base={base}", f"other={other}"])
-    job = jobs.submit(r, settings, [])  # no seeds: the spider's own start
-    by_scrapy = run_scrapy(file, "Starts", tmp_path, base=base, other=other)
-    st = wait_done(r, job, timeout=120)
-    assert st["status"] == jobs.DONE, (st.get("error"), st.get("counters"))
+    source = START_SPIDER.replace("START_URL", base + "/p/1.html")  # a literal, as the probe wrote it
+    db, _, _, ours, by_scrapy = _ours_and_scrapys(r, redis_url, workers, tmp_path, monkeypatch, "starts_spider",
+                                                  source, "Starts", base=base, other=other)
     assert as_set(by_scrapy) == as_set([{"url": base + "/p/2.html"}, {"url": other + "/p/3.html"}])
-    assert as_set(_items(store, job)) == as_set(by_scrapy)
-    assert base + "/p/1.html" not in rows_by_url(tmp_path / "starts.db")
+    assert as_set(ours) == as_set(by_scrapy)
+    assert base + "/p/1.html" not in rows_by_url(db)

@@ -1,10 +1,10 @@
--- ARGV: prefix, job, now, delay, max_depth, the caller's counters of the job (``counts_at``), then
--- (url, token) pairs. Ends leases whose page is
+-- ARGV: prefix, job, now, delay, max_depth, '1' to be told which URLs (else '0'), the caller's
+-- counters of the job (``counts_at``), then (url, token) pairs. Ends leases whose page is
 -- stored; a page expanded at a depth that cut its links, while a shorter path to it turned up,
--- goes back to its queue once more instead. Returns {pages ended as stored, their URLs}.
-local now, delay, maxd = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+-- goes back to its queue once more instead. Returns {pages ended as stored, their URLs if asked}.
+local now, delay, maxd, tell = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1'
 local n, again, held, freed, done = 0, 0, 0, {}, {}
-local cnt, first = counts_at(6)
+local cnt, first = counts_at(7)
 local urls = {}
 for i = first, #ARGV, 2 do urls[#urls + 1] = ARGV[i] end
 local lease = hmget(KLEASE, urls)
@@ -46,7 +46,7 @@ for _, m in ipairs(mine) do
   else
     if maxd > 0 then add(seen, url, 'x' .. ed) end
     n = n + 1
-    done[n] = url
+    if tell then done[n] = url end
   end
 end
 send('HSET', KSEEN, seen)
