@@ -129,7 +129,8 @@ class Settings:
     chromium: str = _s("", "Worker: the Chromium binary for rendering (empty: /usr/bin/chromium or chromium on PATH)")
     noise_links: str = _s("follow", "`skip`: links in blocks mostly made of link text (navigation, footers, tag clouds) or whose URL clusters with such links on the same site are not followed, counted `links_noise_block` and `links_noise_pattern`; the page's stored outlinks keep them. `follow`: off", job=True)
     user_agent: str = _s("crawler/0.1 (+https://example.invalid/bot)", "User-Agent header sent with every request", job=True)
-    fetch_batch: int = _s(32, "URLs per fetch task at most", job=True)
+    fetch_batch: int = _s(32, "Requests per fetch task at most (a host's run counts as one)", job=True)
+    host_run: int = _s(8, "With per_host 1: URLs one host may give a fetch task at once when the job's concurrency has room, fetched one after another its delay apart (at most half a second of its delay in all), so a crawl of few hosts pays a task's overhead per run rather than per page; a retryable failure hands the rest back untried (1: a URL at a time)", job=True)
     connect_timeout: float = _s(5.0, "Seconds to open a connection", job=True)
     read_timeout: float = _s(10.0, "Seconds to wait for each read", job=True)
     request_deadline: float = _s(30.0, "Seconds for a whole request including redirects and body", job=True)
@@ -278,7 +279,7 @@ _BOOLEANS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "fals
 _RANGES: dict[str, tuple[float, bool, float | None]] = {
     # Beyond this a job's start wakes (and a dispatcher polls) more shards than any deployment has.
     "shards": (1, True, 1024),
-    **dict.fromkeys(("per_host", "concurrency", "fetch_batch", "max_attempts", "bloom_capacity", "max_url_length",
+    **dict.fromkeys(("per_host", "concurrency", "fetch_batch", "host_run", "max_attempts", "bloom_capacity", "max_url_length",
                      "visibility_timeout", "task_time_limit", "warc_max_size", "workers", "sitemap_max_urls",
                      "max_body", "max_redeliveries", "max_items_per_page", "max_item_bytes", "max_logins", "max_request_bytes", "start_requests_backlog",
                      "render_sample", "render_recheck", "render_pages", "render_max_requests", "render_max_bytes", "render_recycle_pages", "render_max_rss",

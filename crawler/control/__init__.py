@@ -52,7 +52,7 @@ from crawler.store.place import default_warc_dir, sqlite_path
 # at most ``jobs.load``'s max_age (5 s) after they change, so that is how soon they apply.
 RUNTIME = ("delay", "per_host", "per_ip", "concurrency", "max_pages", "max_depth", "max_pages_per_host",
            "obey_robots", "user_agent", "robots_user_agent", "autothrottle", "max_delay", "max_attempts",
-           "fetch_batch")
+           "fetch_batch", "host_run")
 HOST_SORTS = ("host", "queued", "inflight", "delay", "fetched", "errors", "admitted")
 _HOST_RE = re.compile(r"[a-z0-9.\-\[\]:_]{1,300}")
 HOSTS_SNAPSHOT_AGE = 2.0  # seconds one computed host table serves every page and sort of it

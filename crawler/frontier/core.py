@@ -40,16 +40,15 @@ class Dispatched:
     items: list[tuple[Entry, str]]  # (entry, host)
     next_due: float | None  # when the shard's earliest waiting host is due, if any
     saturated: bool = False  # the job's concurrency is spent: more is due than could go
-    batch: int = 0  # URLs per fetch task; each batch is leased under a token of its own
-    inflight: int = 0  # the job's requests in flight once these are leased
+    batch: int = 0  # requests per fetch task; each batch is leased under a token of its own
+    inflight: int = 0  # the job's URLs in flight once these are leased
+    numbers: tuple[int, ...] = ()  # each item's batch number (a host's run is in one batch)
+    leased: int = 0  # requests leased under the token so far, a run counting as one
 
     def batches(self) -> list[tuple[str, list[Entry]]]:
         """(lease token, entries) per fetch task. Distinct tokens keep the tasks' body keys and
         link batches apart: a link batch is admitted once per token."""
-        if not self.batch:
-            return [(self.token, [e for e, _ in self.items])] if self.items else []
-        return [(f"{self.token}.{k // self.batch}", [e for e, _ in self.items[k : k + self.batch]])
-                for k in range(0, len(self.items), self.batch)]
+        return [(token, entries) for _, token, entries in merged_batches(self.token, self.batch, [(0, self)])]
 
 
 @dataclass(frozen=True)
@@ -64,16 +63,22 @@ class Readiness:
 def merged_batches(token: str, batch: int,
                    parts: Sequence[tuple[int, Dispatched]]) -> list[tuple[int, str, list[Entry]]]:
     """(shard, lease token, entries) per fetch task, for dispatches of several shards made under
-    one ``token`` with continuing offsets: the k-th URL leased in all is in batch ``k // batch``,
-    as the leases say. A task goes to the queue of the shard its first URL came from; what its
-    other URLs' shards were stays in their leases, which is all the frontier needs."""
-    flat = [(shard, e) for shard, d in parts for e, _ in d.items]
-    size = batch or len(flat) or 1
-    out = []
-    for k in range(0, len(flat), size):
-        chunk = flat[k:k + size]
-        out.append((chunk[0][0], f"{token}.{k // size}" if batch else token, [e for _, e in chunk]))
+    one ``token`` with continuing offsets: each URL is in the batch its lease's token numbers
+    (the dispatch's ``numbers``). A task goes to the queue of the shard its first URL came from;
+    what its other URLs' shards were stays in their leases, which is all the frontier needs."""
+    out: list[tuple[int, str, list[Entry]]] = []
+    last = None
+    for shard, d in parts:
+        for (e, _), n in zip(d.items, d.numbers or [0] * len(d.items), strict=True):
+            number = n if batch else 0
+            if number != last or not out:
+                out.append((shard, f"{token}.{number}" if batch else token, []))
+                last = number
+            out[-1][2].append(e)
     return out
+
+
+UNTRIED_AT = -1.0  # a ``Fetched.retry_at``: never requested (a run cut short), back to its queue's head
 
 
 @dataclass(frozen=True)
@@ -82,7 +87,7 @@ class Fetched:
 
     url: str
     token: str
-    retry_at: float = 0.0  # > 0: try again then
+    retry_at: float = 0.0  # > 0: try again then; UNTRIED_AT: back to the queue, no attempt counted
     ip: str = ""  # the address the host answered from
 
 
@@ -121,6 +126,14 @@ class Reaped:
     returned: int
     token: str
     abandoned: list[tuple[Entry, int]]  # (entry, shard), leased under ``token``
+
+
+class Confirmed(list[bool]):
+    """Which leases a holder still owns (``Frontier.confirm``), and of those that are a run's
+    URLs before its last (``runs``: position -> the host's own delay, None for the job's), which
+    the fetch stage fetches one after another, that delay apart, then the run's last one."""
+
+    runs: dict[int, float | None]
 
 
 class Admitted(list[str]):
@@ -321,33 +334,44 @@ class Frontier:
     def dispatch(self, job: str, shard: int, *, max_urls: int, per_host: int, delay: float,
                  lease_timeout: float, concurrency: int, per_ip: int = 0, now: float | None = None,
                  batch: int = 0, min_free: int = 0, token: str | None = None, offset: int = 0,
-                 depths: bool = True) -> Dispatched:
+                 depths: bool = True, run: int = 1, run_wait: float = 0.0) -> Dispatched:
         """Lease the URLs of due hosts within the host, address and job budgets; ``batch``: URLs
         per fetch task (see ``Dispatched.batches``); ``min_free``: while requests are in flight,
         lease nothing until this many slots are free. ``token`` and ``offset``: lease under a token
-        an earlier call (for another shard) used, numbering batches on from its ``offset`` URLs,
+        an earlier call (for another shard) used, numbering batches on from its ``offset`` requests
+        (the earlier call's ``Dispatched.leased``),
         so one dispatcher's shards fill fetch tasks together (see ``merged_batches``). ``depths``
-        False: the job's seen set keeps no depths (a Bloom filter's job), none are looked up."""
+        False: the job's seen set keeps no depths (a Bloom filter's job), none are looked up.
+        ``run`` > 1: a host that may have one request in flight gives up to this many URLs, as
+        long as its delay between them adds up to ``run_wait`` seconds at most, fetched one
+        after another by one task under the host's one slot (see ``Confirmed``)."""
         now = time.time() if now is None else now
         token = token or new_token(now)
-        flat, nxt, slots, inflight = self._call(self._dispatch, job, shard, now, max_urls, per_host, delay,
-                                                now + lease_timeout, token, concurrency, per_ip, batch, min_free,
-                                                offset, int(depths))
-        items = [(Entry.decode(flat[i]), flat[i + 1].decode()) for i in range(0, len(flat), 2)]
+        flat, nxt, slots, inflight, leased = self._call(
+            self._dispatch, job, shard, now, max_urls, per_host, delay, now + lease_timeout, token, concurrency,
+            per_ip, batch, min_free, offset, int(depths), run, run_wait)
+        items = [(Entry.decode(flat[i]), flat[i + 1].decode()) for i in range(0, len(flat), 3)]
+        numbers = tuple(int(flat[i]) for i in range(2, len(flat), 3))
         due = float(nxt) if nxt else None
         return Dispatched(token, items, due if due is not None and due < lua.PARKED else None, int(slots) == 0,
-                          batch, int(inflight))
+                          batch, int(inflight), numbers, int(leased))
 
-    def confirm(self, job: str, leases: Sequence[Lease], lease_timeout: float) -> list[bool]:
+    def confirm(self, job: str, leases: Sequence[Lease], lease_timeout: float) -> Confirmed:
         """Before fetching: which of these leases the caller still holds (a redelivered batch
-        whose leases expired and went to someone else must not fetch them again); renews those
-        it holds for ``lease_timeout``."""
+        whose leases expired and went to someone else must not fetch them again), and which of
+        them are runs' (``Confirmed.runs``); renews those it holds for ``lease_timeout``."""
+        out = Confirmed()
+        out.runs = {}
         if not leases:
-            return []
+            return out
         now = time.time()
         res = self._call(self._confirm, job, _deadline(now, lease_timeout, [t for _, t in leases]),
                          *_flat(leases))
-        return [bool(r) for r in res]
+        for i, r in enumerate(res):
+            if isinstance(r, bytes):  # b"r" and the host's own delay, if it has one
+                out.runs[i] = float(r[1:]) if len(r) > 1 else None
+            out.append(bool(r))
+        return out
 
     def renew(self, job: str, leases: Sequence[Lease], lease_timeout: float, *, extra: float = 0.0,
               since: float | None = None) -> int:

@@ -22,7 +22,7 @@ from crawler.frontier.liveshards import LiveSet
 from crawler.frontier.rebalance import rebalance_if_changed
 from crawler.frontier.sharding import standby
 from crawler.state import jobconf as jobcache
-from crawler.state import joblog, keys
+from crawler.state import joblog, keys, nodes
 from crawler.state.conn import MIN_BLOCK, block_timeout
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,11 @@ PROMOTE_EVERY = 1.0  # a retry set is looked at this often at least (more when i
 # How often a job's store is asked for more URLs while some wait there: each refill brings a low
 # host's queue back to its cap, so a host may take up to half its cap per interval.
 REFILL_EVERY = 0.2
+RUNS_EVERY = 10.0  # seconds between looks at whether every worker takes runs (``nodes.take_runs``)
+# Seconds of a host's delay one run may wait out in all, and so between two of its requests (the
+# fetch stage stops a run whose host's delay grows past it): a run holds a worker's task, and a
+# host slow enough to need more is better served a URL a task.
+RUN_WAIT = 0.5
 # Seconds a listed job may have no record before it is taken off the list: a Redis Cluster's
 # pipeline may list a job a moment before its record lands, but not for this long.
 UNRECORDED_GRACE = 60.0
@@ -76,6 +81,8 @@ class Dispatcher:
         self._promote_at: dict[str, float] = {}  # when each job's retries are looked at next
         self._unrecorded: dict[str, float] = {}  # listed jobs with no record -> since when
         self._last_check = 0.0
+        self._runs_checked = -RUNS_EVERY
+        self._runs = False  # whether every worker takes runs, as last looked
         # Whether the last tick left more than one request in flight (or held a batch back):
         # only then can a wake's linger gather more completions into one batch.
         self._crowded = True
@@ -117,6 +124,9 @@ class Dispatcher:
         active = self.frontier.active_jobs()
         if not active:
             return IDLE_SLEEP  # sleep on the wake lists: the next job or cycle pushes a wake
+        if now - self._runs_checked >= RUNS_EVERY:
+            self._runs_checked = now
+            self._runs = nodes.take_runs(self.redis, now)
         wake_at = now + IDLE_WAIT
         crowded = False
         if len(self._last_reap) > len(active):
@@ -161,8 +171,9 @@ class Dispatcher:
             if not mine:
                 continue
             want = min_free(s.concurrency, s.fetch_batch)
+            run = s.host_run if self._runs else 1  # only hosts allowed one request at a time take runs
             ready, busy = self.frontier.readiness(job_id, mine, now)
-            hold = self._hold_for_batch(job_id, ready, busy, s.per_host, s.delay, s.autothrottle, want, now)
+            hold = self._hold_for_batch(job_id, ready, busy, s.per_host, s.delay, s.autothrottle, want, now, run)
             if hold is not None:
                 wake_at = min(wake_at, hold)
                 crowded = True
@@ -181,8 +192,8 @@ class Dispatcher:
                                            delay=s.delay, lease_timeout=s.lease_timeout,
                                            concurrency=s.concurrency, per_ip=s.per_ip, now=now,
                                            batch=s.fetch_batch, min_free=want, token=token,
-                                           offset=sum(len(done.items) for _, done in parts),
-                                           depths=not s.uses_bloom)
+                                           offset=parts[-1][1].leased if parts else 0,
+                                           depths=not s.uses_bloom, run=run, run_wait=RUN_WAIT)
                 parts.append((shard, d))
                 crowded = crowded or d.inflight > 1
                 if d.saturated:
@@ -197,7 +208,7 @@ class Dispatcher:
         return max(0.0, wake_at - time.time())
 
     def _hold_for_batch(self, job_id: str, ready: dict[int, Readiness], busy: int, per_host: int, delay: float,
-                        adaptive: bool, want: int, now: float) -> float | None:
+                        adaptive: bool, want: int, now: float, run: int = 1) -> float | None:
         """When to dispatch the job's shards instead of now, or None to dispatch now. Under
         per-host delays each due host gives one URL, and hosts come due one by one as their
         delays pass: leasing whatever is due at each wake makes fetch tasks of one or two URLs,
@@ -209,7 +220,8 @@ class Dispatcher:
             return None
         due = sum(r.due for r in ready.values())
         live = sum(r.live for r in ready.values())
-        per_due_host = 1 if delay > 0 or adaptive else max(1, per_host)
+        # A due host gives a run of URLs (``run``), or one URL a request its budget allows.
+        per_due_host = run if run > 1 and per_host == 1 else 1 if delay > 0 or adaptive else max(1, per_host)
         # Nothing due: no batch to fill, and the tick wakes when the earliest host is due, not at
         # the window's end (a lone host's delay is a few ms).
         if busy == 0 or due == 0 or due * per_due_host >= want or due >= live:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from crawler.state.conn import text
 
 FETCHING, FETCHED = "f", "d"  # a lease's stage: request under way / page held for parse and store
+IN_RUN = "r"  # a run's URL before its last, fetched under the slot the last one's lease holds
 
 
 
@@ -22,7 +23,7 @@ class Lease:
     (as encoded by ``crawler.frontier.entry``) to return to the queue if it expires."""
 
     token: str
-    stage: str  # FETCHING or FETCHED
+    stage: str  # FETCHING, IN_RUN or FETCHED
     shard: int
     host: str
     ipkey: str  # the host's address once known, else "h:<host>" (``ip_key`` in lua)

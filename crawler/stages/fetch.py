@@ -9,11 +9,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from crawler import errors, jobs
+from crawler.config.settings import Settings
 from crawler.fetch import FetchConfig
 from crawler.fetch.client import FetchResult, RequestSpec, runtime
-from crawler.fetch.robots import origin_of
+from crawler.fetch.robots import RobotsPolicy, origin_of
 from crawler.frontier import Entry, Fetched
-from crawler.frontier.core import token_time
+from crawler.frontier.core import FRESH, UNTRIED_AT, token_time
+from crawler.frontier.dispatcher import RUN_WAIT
 from crawler.parse import is_html
 from crawler.render import decide
 from crawler.spiders.base import Spider
@@ -23,9 +25,10 @@ from crawler.stages.context import Context
 from crawler.stages.dedup import dedup_stage
 from crawler.stages.messages import FetchedPage, LinkGroup
 from crawler.stages.politeness import blocked_result
+from crawler.stages.ratecontrol import next_delay
 from crawler.stages.retry_policy import RetryPolicy
 from crawler.stages.session import REFETCH_AFTER, open_session, spider_headers
-from crawler.stages.stragglers import fetch_reporting_early
+from crawler.stages.stragglers import fetch_reporting_early, is_untried
 from crawler.state import keys, nodes
 from crawler.state.jobconf import Job
 from crawler.store import StoreUnavailable
@@ -63,6 +66,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     entries = [Entry.decode(e) for e in raw_entries]
     held = ctx.frontier.confirm(job.id, [(e.url, token) for e in entries], s.lease_timeout)
     todo = [e for e, ok in zip(entries, held, strict=True) if ok]
+    runs = _runs(todo, [held.runs.get(i, False) for i, ok in enumerate(held) if ok], s.delay)
     if len(todo) < len(entries):
         jobs.count(ctx.redis, job.id, stale_leases=len(entries) - len(todo))
     if not todo:
@@ -78,6 +82,12 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     go_at = [i for i, u in enumerate(urls) if u not in blocked]
     go_keys = [todo[i].url for i in go_at]
     go = [urls[i] for i in go_at]
+    in_go = {i: k for k, i in enumerate(go_at)}
+    # A run waits its host's delay, and never less than its robots.txt's Crawl-delay (which the
+    # host's own delay takes in only once a page of it is fetched).
+    go_runs = [(kept, max(wait, _crawl_delay(policies, todo[run[0]].url, s)))
+               for run, wait in runs if len(kept := [in_go[i] for i in run if i in in_go]) > 1]
+    in_runs = {i for run, _ in runs for i in run}
     check = ctx.politeness.hop_check(job, fetcher, config, fresh)
     cycle, cycle_base = jobs.cycle_of(ctx.redis, job.id) if s.periodic else (0, 0.0)
     # Revisits are conditional: what the last visit stored goes back as validators.
@@ -106,6 +116,9 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
         for i, r in zip(positions, results, strict=True):
             e = todo[i]
             settled.positions.add(i)
+            if is_untried(r):
+                done.append(Fetched(e.url, token, UNTRIED_AT))
+                continue
             # Fetched again after the next login, not stored as the login form it came back as.
             if session is not None and session.ended(e, r) and session.refetch(e, s.max_attempts):
                 done.append(Fetched(e.url, token, at + REFETCH_AFTER, r.ip))
@@ -145,7 +158,8 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
         # the URLs robots.txt kept from the network with the first of them.
         at = [go_at[i] for i in positions]
         if not settled.positions:
-            at += [i for i in range(len(todo)) if urls[i] in blocked]
+            # A run's URLs go with the run: its last one's report frees the host.
+            at += [i for i in range(len(todo)) if urls[i] in blocked and i not in in_runs]
             results = [*results, *(blocked_result(urls[i], blocked[urls[i]]) for i in at[len(positions):])]
         pipe = ctx.redis.pipeline(transaction=False)
         now = time.time()
@@ -156,8 +170,20 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
                              delays=settled.delays)
         early.extend((f.url, token) for f in done if not f.retry_at)
 
+    # A run stops (the rest go back untried, the host's slot with them) at a failure worth a
+    # retry, once a quarter of its leases' time is spent, or where its host's delay, adapted to
+    # its answers, grows past what a run may wait (a host that slow goes a URL a task).
+    run_until = (token_time(token) or time.time()) + s.lease_timeout * FRESH
+
+    def pace(wait: float, r: FetchResult) -> float | None:
+        if retry.retries(r) or time.time() >= run_until:
+            return None
+        nxt = next_delay(wait, floor=wait, latency=r.elapsed, status=r.status, retry_after=None,
+                         max_delay=s.max_delay) if s.autothrottle else wait
+        return nxt if nxt <= RUN_WAIT else None
+
     got = fetch_reporting_early(rt, fetcher, go, config, check, validators, hops, specs if any(specs) else None,
-                                report) if go else []
+                                report, runs=go_runs, pace=pace) if go else []
     fetched = dict(zip(go_keys, got, strict=True))
     rest = [i for i in range(len(todo)) if i not in settled.positions]
     results = [fetched.get(todo[i].url) or blocked_result(urls[i], blocked[urls[i]]) for i in rest]
@@ -188,6 +214,30 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
         _admit_sitemaps(ctx, job, found)
         jobs.count(ctx.redis, job.id, dropped_sitemap_cap=over_cap)
     return pages
+
+
+def _runs(todo: Sequence[Entry], delays: Sequence[float | bool | None], delay: float) -> list[tuple[list[int], float]]:
+    """(positions in ``todo``, wait between requests) of the hosts' runs: a run's URLs before its
+    last (``delays``: their host's own delay, None for the job's ``delay``, False for a URL of no
+    run) and the URL of the same host after them, its last. A run whose last URL this task no
+    longer holds is still fetched one URL after another."""
+    out: list[tuple[list[int], float]] = []
+    run: list[int] = []
+    for i, e in enumerate([*todo, None]):
+        if e is not None and run and delays[run[-1]] is not False and host_key(todo[run[-1]].url) == host_key(e.url):
+            run.append(i)
+            continue
+        if len(run) > 1:
+            first = delays[run[0]]  # a run's first URL is never its last
+            out.append((run, delay if first is None else float(first)))
+        run = [i]
+    return out
+
+
+def _crawl_delay(policies: dict[str, RobotsPolicy], url: str, s: Settings) -> float:
+    policy = policies.get(origin_of(url))
+    delay = policy.crawl_delay(s.robots_user_agent) if policy is not None and s.obey_robots else None
+    return min(delay or 0.0, s.max_delay)
 
 
 @dataclasses.dataclass

@@ -17,6 +17,9 @@ from redis import Redis
 from crawler.state import keys
 
 GONE_AFTER = 30  # heartbeats missed before a silent node counts as gone
+# In a node's record: its fetch stage takes a host's run of URLs (``Frontier.dispatch``'s
+# ``run``) one after another. A worker from before runs would fetch them all at once.
+RUNS = "runs"
 
 
 def record_heartbeat(client: Redis, node: str, *, shards: list[int], interval: float,
@@ -31,7 +34,7 @@ def record_heartbeat(client: Redis, node: str, *, shards: list[int], interval: f
         rate = max(0.0, (fetched_n - prev["fetched"]) / (now - prev["last"]))
     rec = {"node": node, "pid": os.getpid(), "shards": shards, "render": render, "last": now, "interval": interval,
            "fetched": fetched_n, "pages_per_s": round(rate, 2), "started": prev.get("started", now)
-           if not prev.get("offline") else now, "offline": False}
+           if not prev.get("offline") else now, "offline": False, RUNS: True}
     client.hset(keys.NODES, node, json.dumps(rec))
     return rec
 
@@ -65,6 +68,13 @@ def state(rec: dict[str, Any], now: float) -> str:
 def records(client: Redis) -> list[dict[str, Any]]:
     """Every node's latest heartbeat record, as ``record_heartbeat`` wrote it."""
     return [json.loads(raw) for raw in client.hvals(keys.NODES)]
+
+
+def take_runs(client: Redis, now: float | None = None) -> bool:
+    """Whether runs may be dispatched: every node not gone says its fetch stage takes them (an
+    older worker, still up in a rolling upgrade, holds them back until it is gone)."""
+    now = time.time() if now is None else now
+    return all(rec.get(RUNS) for rec in records(client) if state(rec, now) != "gone")
 
 
 def nodes(client: Redis, now: float | None = None) -> list[dict[str, Any]]:

@@ -246,7 +246,8 @@ def test_a_lone_hosts_next_url_goes_when_its_delay_ends_not_after_a_batch_window
     from crawler.config.settings import Settings
     from crawler.frontier.dispatcher import BATCH_WINDOW, Dispatcher
 
-    settings = Settings.from_env(store=f"sqlite:///{tmp_path}/c.db", shards=1)
+    # A URL at a time (host_run 1): with runs the host's queue would go in one task.
+    settings = Settings.from_env(store=f"sqlite:///{tmp_path}/c.db", shards=1, host_run=1)
     job_id = jobs.submit(r, settings, ["http://lone.test/"])
     Frontier(r).admit(job_id, [Entry(f"http://lone.test/{i}") for i in range(3)], 1)
     sent: list[tuple[str, int, str, list[str]]] = []

@@ -1,20 +1,28 @@
 -- ARGV: prefix, job, shard, now, max_urls, per_host, delay, lease_deadline, token, concurrency,
--- per_ip, batch, min_free, offset, depths ('0': the job keeps no depths in the seen hash). Requests in flight and pages held for parse and store both count against
--- ``concurrency``. With batch > 0 the k-th URL leased is leased under
--- ``token.(k // batch)``: each fetch task gets a token of its own. While requests are in flight,
+-- per_ip, batch, min_free, offset, depths ('0': the job keeps no depths in the seen hash), run,
+-- run_wait. Requests in flight and pages held for parse and store both count against
+-- ``concurrency``. With batch > 0 the k-th request leased (a run counts as one, see below) is
+-- leased under ``token.(k // batch)``: each fetch task gets a token of its own. While requests are in flight,
 -- nothing goes until at least min_free slots are free: a finished task frees its slots at once,
 -- and re-dispatching them one small task at a time would keep every later task as small (each
--- task costs the same Celery overhead whatever its size). Returns {entries and hosts
--- interleaved, next due time or '', free slots (-1: not running; 0: wait for more to finish),
--- the job's requests in flight once these are leased}.
+-- task costs the same Celery overhead whatever its size). Slots that due hosts leave idle go to
+-- runs: a host that may have one request in flight gives up to ``run`` URLs (as many as
+-- ``run_wait`` seconds of its delay between them allow), fetched one after another by one fetch
+-- task, the delay apart, so a crawl of few hosts pays a task's overhead per run, not per page.
+-- A run holds the host's one slot (its last URL is leased 'f' as any request is, and its end
+-- frees the slot; those before it 'r', no slot of their own) and counts as one request of its
+-- task's ``batch``. Returns {(entry, host, batch number) per URL leased, in one list, next due
+-- time or '', free slots (-1: not running; 0: wait for more to finish), the job's URLs in flight
+-- once these are leased, requests leased under the token so far}.
 local shard, now = ARGV[3], tonumber(ARGV[4])
 local max_urls, per_host, delay = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local deadline, token, concurrency = ARGV[8], ARGV[9], tonumber(ARGV[10])
 local per_ip, batch, min_free = tonumber(ARGV[11]), tonumber(ARGV[12] or '0'), tonumber(ARGV[13] or '0')
 local rkey = P .. 'ready:' .. shard
--- ARGV[14]: URLs already leased under this token by earlier calls (other shards of the same
--- dispatcher tick), so batch numbers continue across them.
+-- ARGV[14]: requests already leased under this token by earlier calls (other shards of the same
+-- dispatcher tick; a run counts as one), so batch numbers continue across them.
 local leased = tonumber(ARGV[14] or '0')
+local run, run_wait = tonumber(ARGV[16] or '1'), tonumber(ARGV[17] or '0')
 local out = {}
 local slots = -1
 local inflight = 0
@@ -27,6 +35,9 @@ if redis.call('HGET', KMETA, 'status') == 'running' then
   local total = 0
   local hosts = {}
   if slots > 0 then hosts = redis.call('ZRANGEBYSCORE', rkey, '-inf', now, 'LIMIT', 0, slots) end
+  -- URLs a run may take: the slots each due host would leave idle, ``run`` at most.
+  local share = 1
+  if run > 1 and #hosts > 0 then share = math.min(run, math.floor(slots / #hosts)) end
   if #hosts > 0 then
     -- What every due host's turn needs is read first, a command per record for all of them, and
     -- what it changes is written at the end the same way (``gather``).
@@ -72,37 +83,51 @@ if redis.call('HGET', KMETA, 'status') == 'running' then
       local take = math.min(limit - hinf, ip_limit - ipn, slots)
       -- The host's delay matters for more than one request, or for a host that stays due (one
       -- at its in-flight limit waits for a request to end instead).
+      local runs = share > 1 and take == 1 and limit == 1
       local hdelay = 0
-      if take > 1 or hinf + math.max(take, 0) < limit then
+      if take > 1 or hinf + math.max(take, 0) < limit or runs then
         delays = delays or hmget(KDELAY, hosts)
         hdelay = tonumber(delays[host] or delay)
       end
       -- With a delay, requests to one host start one at a time, ``delay`` apart.
       if hdelay > 0 and take > 1 then take = 1 end
+      local pop = take
+      if runs then
+        pop = math.min(share, slots)
+        if hdelay > 0 then pop = math.min(pop, 1 + math.floor(run_wait / hdelay)) end
+      end
       local got = 0
-      if take > 0 then
+      if pop > 0 then
         local popped
-        if take == 1 then
+        if pop == 1 then
           popped = {redis.call('LPOP', qkey)}
           if not popped[1] then popped = {} end
         else
-          popped = redis.call('LPOP', qkey, take) or {}
+          popped = redis.call('LPOP', qkey, pop) or {}
         end
-        for _, e in ipairs(popped) do
+        local run_batch = math.floor(leased / math.max(batch, 1))
+        for j, e in ipairs(popped) do
+          local b = run_batch
+          if pop == take then b = math.floor(leased / math.max(batch, 1)); leased = leased + 1 end
           local t = token
-          if batch > 0 then t = token .. '.' .. math.floor(leased / batch) end
-          leased = leased + 1
-          leases[#leases + 1] = {e, host, t, ipk}
+          if batch > 0 then t = token .. '.' .. b end
+          local st = 'f'
+          if pop > take and j < #popped then st = 'r' end
+          leases[#leases + 1] = {e, host, t, ipk, st, b}
           urls[#urls + 1] = entry_url(e)
           got = got + 1
         end
+        if pop > take and got > 0 then leased = leased + 1 end
       end
       slots = slots - got
       total = total + got
-      hinf = hinf + got
-      if got > 0 then
+      -- Slots: one per request, one for a whole run.
+      local held = got
+      if pop > take then held = math.min(got, 1) end
+      hinf = hinf + held
+      if held > 0 then
         add(infw, host, hinf)
-        ipinf[ipk] = ipinf[ipk] + got
+        ipinf[ipk] = ipinf[ipk] + held
         ipdirty[ipk] = true
       end
       if hinf >= limit then
@@ -113,7 +138,7 @@ if redis.call('HGET', KMETA, 'status') == 'running' then
         if got > 0 and hdelay > 0 then add(nextw, host, now + hdelay) end
         if redis.call('LLEN', qkey) == 0 then
           push1(drained, host)
-        elseif ipn + got >= ip_limit then
+        elseif ipn + held >= ip_limit then
           add(readyw, PARKED, host)
           if redis.call('SADD', P .. 'ipwait:' .. ipk, shard .. ' ' .. host) == 1 and not waited then
             ipinf[ipk] = ipinf[ipk] + WAITING
@@ -129,14 +154,15 @@ if redis.call('HGET', KMETA, 'status') == 'running' then
       if depths then best = hmget(KSEEN, urls) end
       local lw, xw = gather(), gather()
       for i, l in ipairs(leases) do
-        local e, host, t, ipk = l[1], l[2], l[3], l[4]
+        local e, host, t, ipk, st = l[1], l[2], l[3], l[4], l[5]
         local b = best[urls[i]]
         b = b and tonumber(b)
         if b and b < entry_depth(e) then e = with_depth(e, b) end
-        add(lw, urls[i], t .. ' f ' .. shard .. ' ' .. host .. ' ' .. ipk .. ' ' .. e)
+        add(lw, urls[i], t .. ' ' .. st .. ' ' .. shard .. ' ' .. host .. ' ' .. ipk .. ' ' .. e)
         add(xw, deadline, urls[i])
         out[#out + 1] = e
         out[#out + 1] = host
+        out[#out + 1] = l[6]
       end
       send('HSET', KLEASE, lw)
       send('ZADD', KLEXP, xw)
@@ -160,4 +186,4 @@ end
 local first = redis.call('ZRANGE', rkey, 0, 0, 'WITHSCORES')
 local nxt = ''
 if #first > 0 then nxt = first[2] end
-return {out, nxt, slots, inflight}
+return {out, nxt, slots, inflight, leased}

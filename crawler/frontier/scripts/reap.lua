@@ -5,7 +5,7 @@
 local now, delay, limit, max_attempts, token = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]),
   tonumber(ARGV[6]), ARGV[7]
 local urls = redis.call('ZRANGEBYSCORE', KLEXP, '-inf', now, 'LIMIT', 0, limit)
-local back, gone, held, freed = 0, {}, 0, 0
+local back, gone, held, freed, ran = 0, {}, 0, 0, 0
 for _, url in ipairs(urls) do
   local l = redis.call('HGET', KLEASE, url)
   redis.call('ZREM', KLEXP, url)
@@ -14,6 +14,8 @@ for _, url in ipairs(urls) do
     if st == 'f' then
       release_slot(host, shard, ipk, now, delay)
       freed = freed + 1
+    elseif st == 'r' then
+      ran = ran + 1  -- in flight under the slot of its run's last URL, freed with that one
     else
       held = held - 1
     end
@@ -35,6 +37,6 @@ for _, url in ipairs(urls) do
 end
 if #urls > 0 then redis.call('HINCRBY', KCNT, 'lease_expired', #urls) end
 if held ~= 0 then redis.call('HINCRBY', KCNT, 'held', held) end
-if freed > 0 then redis.call('HINCRBY', KCNT, 'inflight', -freed) end
+if freed + ran > 0 then redis.call('HINCRBY', KCNT, 'inflight', -freed - ran) end
 count_queued()
 return {back, gone}

@@ -3,7 +3,7 @@
 -- stored; a page expanded at a depth that cut its links, while a shorter path to it turned up,
 -- goes back to its queue once more instead. Returns {pages ended as stored, their URLs if asked}.
 local now, delay, maxd, tell = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), ARGV[6] == '1'
-local n, again, held, freed, done = 0, 0, 0, {}, {}
+local n, again, held, freed, ran, done = 0, 0, 0, {}, 0, {}
 local cnt, first = counts_at(7)
 local urls = {}
 for i = first, #ARGV, 2 do urls[#urls + 1] = ARGV[i] end
@@ -30,6 +30,8 @@ send('ZREM', KLEXP, ended)
 for _, m in ipairs(mine) do
   if m[2] == 'f' then
     freed[#freed + 1] = {m[4], m[3], m[5]}
+  elseif m[2] == 'r' then
+    ran = ran + 1  -- a run's URL: the slot is its run's last URL's
   else
     held = held + 1
   end
@@ -54,7 +56,7 @@ cnt.open = (cnt.open or 0) - n
 cnt.stored = (cnt.stored or 0) + n
 cnt.depth_requeued = (cnt.depth_requeued or 0) + again
 cnt.held = (cnt.held or 0) - held
-cnt.inflight = (cnt.inflight or 0) - #freed
+cnt.inflight = (cnt.inflight or 0) - #freed - ran
 cnt.queued = (cnt.queued or 0) + QUEUED
 QUEUED = 0
 local got = bump(KCNT, cnt)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 
 from crawler.fetch import FetchConfig
 from crawler.fetch.client import FetchResult, Runtime
-from crawler.stages.stragglers import fetch_reporting_early
+from crawler.stages.stragglers import fetch_reporting_early, is_untried
 
 CONFIG = FetchConfig(user_agent="t")
 
@@ -67,3 +68,51 @@ def test_a_report_that_raises_cancels_the_requests_still_out(rt: Runtime) -> Non
                               report, after=0.05)
     assert fetcher.cancelled == ["http://b/5"]
     assert not asyncio.all_tasks(rt.loop)
+
+
+class Logged(Timed):
+    """A ``Timed`` fetcher that notes when each request starts and ends, and answers 503 for a
+    URL with ``/503/`` in it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spans: dict[str, tuple[float, float]] = {}
+
+    async def fetch_many(self, urls: Sequence[str], config: FetchConfig, *args: Any, **kw: Any) -> list[FetchResult]:
+        start = time.monotonic()
+        (r,) = await super().fetch_many(urls, config, *args, **kw)
+        self.spans[urls[0]] = (start, time.monotonic())
+        return [FetchResult(url=r.url, final_url=r.url, status=503 if "/503/" in r.url else 200)]
+
+
+def test_a_runs_urls_go_one_after_another_waiting_between_and_are_reported_together(rt: Runtime) -> None:
+    urls = ["http://a/p/0.01", "http://a/q/0.02", "http://a/r/0.01", "http://b/0.05", "http://c/2.0"]
+    fetcher = Logged()
+    waits: list[float] = []
+
+    def pace(wait: float, r: FetchResult) -> float | None:
+        waits.append(wait)
+        return wait * 2
+
+    reports: list[list[int]] = []
+    got = fetch_reporting_early(rt, fetcher, urls, CONFIG, None, {}, None, None,
+                                lambda pos, res: reports.append(pos) or None, after=0.6,
+                                runs=[([0, 1, 2], 0.05)], pace=pace)
+    assert [r.url for r in got] == urls and all(r.status == 200 for r in got)
+    a = [fetcher.spans[urls[i]] for i in range(3)]
+    # One at a time, each after the wait ``pace`` gave (0.05, then 0.1).
+    assert a[1][0] - a[0][1] >= 0.05 and a[2][0] - a[1][1] >= 0.1
+    assert waits == [0.05, 0.1, 0.2]
+    # b went beside the run; the run was reported whole, before c, the straggler, was over.
+    assert fetcher.spans[urls[3]][0] < a[1][0]
+    assert reports == [[3, 0, 1, 2]]
+
+
+def test_a_run_pace_stops_leaves_the_rest_untried(rt: Runtime) -> None:
+    urls = ["http://a/0.01", "http://a/503/0.01", "http://a/x/0.01", "http://a/y/0.01"]
+    fetcher = Logged()
+    got = fetch_reporting_early(rt, fetcher, urls, CONFIG, None, {}, None, None, lambda pos, res: None,
+                                runs=[([0, 1, 2, 3], 0.0)], pace=lambda wait, r: None if r.status == 503 else wait)
+    assert [r.status for r in got[:2]] == [200, 503]
+    assert [is_untried(r) for r in got] == [False, False, True, True] and [r.url for r in got] == urls
+    assert set(fetcher.spans) == set(urls[:2])  # never sent

@@ -1,0 +1,245 @@
+"""A host's run: several of its URLs leased under its one slot and fetched by one task, one
+request after another, its delay apart (``host_run``). What a run may take, what its leases hold,
+how a run cut short hands its rest back, and whole crawls whose requests are timed at the server."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+
+from crawler import jobs
+from crawler.config.settings import Settings
+from crawler.frontier import Entry, Fetched, Frontier
+from crawler.frontier.core import UNTRIED_AT, merged_batches
+from crawler.frontier.dispatcher import Dispatcher
+from crawler.frontier.lua import PARKED
+from crawler.frontier.records import Lease
+from crawler.state import keys, nodes
+from crawler.testweb import TestWeb
+from tests.conftest import Workers, rows_by_url, wait_done
+from tests.web import handlers as hw
+
+JOB = "job-runs"
+ALL = "shard-0,shard-1,shard-2,shard-3"
+
+
+def _start(r: redis.Redis) -> Frontier:
+    r.hset(keys.meta(JOB), mapping={"status": "running"})
+    r.sadd(keys.JOBS, JOB)
+    return Frontier(r)
+
+
+def _dispatch(f: Frontier, **kw: object) -> object:
+    args: dict[str, object] = {"max_urls": 64, "per_host": 1, "delay": 0.0, "lease_timeout": 60,
+                               "concurrency": 64, "batch": 32, "run": 8, "run_wait": 1.0}
+    args.update(kw)
+    return f.dispatch(JOB, 0, **args)  # type: ignore[arg-type]
+
+
+def _leases(r: redis.Redis) -> dict[str, Lease]:
+    return {k.decode(): Lease.decode(v) for k, v in r.hgetall(keys.leases(JOB)).items()}
+
+
+def _counters(r: redis.Redis) -> dict[str, int]:
+    return {k.decode(): int(v) for k, v in r.hgetall(keys.counters(JOB)).items()}
+
+
+def _queue(r: redis.Redis, host: str) -> list[str]:
+    return [Entry.decode(e).url for e in r.lrange(keys.host_queue(JOB, host), 0, -1)]
+
+
+def test_a_lone_host_gives_a_run_under_its_one_slot(r: redis.Redis) -> None:
+    f = _start(r)
+    urls = [f"http://a.test/{i}" for i in range(10)]
+    f.admit(JOB, [Entry(u) for u in urls], 1, trusted=True)
+    d = _dispatch(f)
+    assert [e.url for e, _ in d.items] == urls[:8]  # type: ignore[attr-defined]
+    leases = _leases(r)
+    # The run's last URL holds the host's slot; those before it ride on it.
+    assert [leases[u].stage for u in urls[:8]] == ["r"] * 7 + ["f"]
+    assert r.hget(keys.host_inflight(JOB), "a.test") == b"1"
+    assert r.zscore(keys.ready(JOB, 0), "a.test") == PARKED
+    c = _counters(r)
+    assert (c["inflight"], c["queued"]) == (8, 2)
+    # The fetch stage learns which URLs are a run's, and the host's own delay (none yet).
+    r.hset(keys.host_delays(JOB), "a.test", "0.25")
+    ((token, _),) = d.batches()  # type: ignore[attr-defined]
+    held = f.confirm(JOB, [(u, token) for u in urls[:8]], 60)
+    assert held == [True] * 8 and held.runs == dict.fromkeys(range(7), 0.25)
+    # The run over: the slot is freed once, and the host goes again after its delay.
+    now = time.time()
+    f.fetched(JOB, [Fetched(u, token) for u in urls[:8]], lease_timeout=60, delay=0)
+    assert r.hget(keys.host_inflight(JOB), "a.test") is None
+    assert now + 0.2 < r.zscore(keys.ready(JOB, 0), "a.test") < PARKED  # type: ignore[operator]
+    c = _counters(r)
+    assert (c["inflight"], c["held"]) == (0, 8)
+    assert r.hget(keys.host_fetched(JOB), "a.test") == b"8"
+
+
+def test_a_run_cut_short_hands_its_rest_back_untried(r: redis.Redis) -> None:
+    f = _start(r)
+    urls = [f"http://a.test/{i}" for i in range(10)]
+    f.admit(JOB, [Entry(u) for u in urls], 1, trusted=True)
+    d = _dispatch(f, run=5)
+    ((token, _),) = d.batches()  # type: ignore[attr-defined]
+    # Two fetched, the third answered 503 (a retry, later), the last two never asked.
+    f.fetched(JOB, [Fetched(urls[0], token), Fetched(urls[1], token), Fetched(urls[2], token, time.time() + 30),
+                    Fetched(urls[3], token, UNTRIED_AT), Fetched(urls[4], token, UNTRIED_AT)],
+              lease_timeout=60, delay=0, delays={"a.test": 0.5})
+    # Back at the head of the queue, in their order, no attempt spent.
+    assert _queue(r, "a.test") == [urls[3], urls[4], *urls[5:]]
+    assert all(Entry.decode(e).attempts == 0 for e in r.lrange(keys.host_queue(JOB, "a.test"), 0, 1))
+    assert set(_leases(r)) == {urls[0], urls[1]}  # held for parse and store
+    assert r.zcard(keys.retries(JOB)) == 1
+    c = _counters(r)
+    assert (c["inflight"], c["queued"], c["held"], c["retried"], c["run_returned"]) == (0, 7, 2, 1, 2)
+    assert r.hget(keys.host_fetched(JOB), "a.test") == b"2"
+    # The slot went with the run's last URL: the host waits out the 503's delay, then goes on.
+    assert r.hget(keys.host_inflight(JOB), "a.test") is None
+    assert time.time() < r.zscore(keys.ready(JOB, 0), "a.test") < PARKED  # type: ignore[operator]
+
+
+def test_an_expired_run_goes_back_and_frees_its_slot_once(r: redis.Redis) -> None:
+    f = _start(r)
+    urls = [f"http://a.test/{i}" for i in range(4)]
+    f.admit(JOB, [Entry(u) for u in urls], 1, trusted=True)
+    _dispatch(f, lease_timeout=0.01)
+    time.sleep(0.05)
+    reaped = f.reap(JOB, delay=0, max_attempts=3)
+    assert reaped.returned == 4 and not reaped.abandoned
+    assert sorted(_queue(r, "a.test")) == sorted(urls)
+    assert r.hget(keys.host_inflight(JOB), "a.test") is None
+    assert _counters(r)["inflight"] == 0 and r.hlen(keys.leases(JOB)) == 0
+
+
+def test_runs_take_only_the_slots_due_hosts_leave_idle(r: redis.Redis) -> None:
+    f = _start(r)
+    # 40 hosts due for 64 slots: a URL each, as without runs.
+    f.admit(JOB, [Entry(f"http://h{h}.test/{i}") for h in range(40) for i in range(4)], 1, trusted=True)
+    d = _dispatch(f)
+    assert len(d.items) == 40 and {s.stage for s in _leases(r).values()} == {"f"}  # type: ignore[attr-defined]
+    r.flushdb()
+    f = _start(r)
+    # 20 hosts: three slots each, so runs of three.
+    f.admit(JOB, [Entry(f"http://h{h}.test/{i}") for h in range(20) for i in range(4)], 1, trusted=True)
+    d = _dispatch(f)
+    assert len(d.items) == 60  # type: ignore[attr-defined]
+    # A host with a delay gives what a second of it allows.
+    r.flushdb()
+    f = _start(r)
+    f.admit(JOB, [Entry(f"http://slow.test/{i}") for i in range(8)], 1, trusted=True)
+    r.hset(keys.host_delays(JOB), "slow.test", "0.4")
+    d = _dispatch(f)
+    assert len(d.items) == 3  # type: ignore[attr-defined]
+    # per_host 2: two requests at once, no runs.
+    r.flushdb()
+    f = _start(r)
+    f.admit(JOB, [Entry(f"http://two.test/{i}") for i in range(8)], 1, trusted=True)
+    d = _dispatch(f, per_host=2)
+    assert len(d.items) == 2 and {s.stage for s in _leases(r).values()} == {"f"}  # type: ignore[attr-defined]
+
+
+def test_a_run_counts_as_one_request_of_its_fetch_task(r: redis.Redis) -> None:
+    f = _start(r)
+    f.admit(JOB, [Entry(f"http://h{h}.test/{i}") for h in range(3) for i in range(4)], 1, trusted=True)
+    f.admit(JOB, [Entry(f"http://x{h}.test/") for h in range(2)], 1, trusted=True)
+    d = _dispatch(f, batch=2)
+    tasks = d.batches()  # type: ignore[attr-defined]
+    # Five hosts, two requests a task: three tasks, and a run is never split between two.
+    assert len(tasks) == 3 and sum(len(es) for _, es in tasks) == 14
+    leases = _leases(r)
+    for token, entries in tasks:
+        assert {leases[e.url].token for e in entries} == {token}
+        assert len({e.url.split("/")[2] for e in entries}) <= 2
+    # Another shard's dispatch under the same token numbers its tasks on from the first's.
+    r.hset(keys.meta(JOB), "status", "running")
+    f.admit(JOB, [Entry(f"http://y{h}.test/{i}") for h in range(2) for i in range(3)], 1, trusted=True)
+    more = _dispatch(f, batch=2, token=d.token, offset=d.leased)  # type: ignore[attr-defined]
+    merged = merged_batches(d.token, 2, [(0, d), (1, more)])  # type: ignore[arg-type, attr-defined]
+    assert [t for _, t, _ in merged] == [f"{d.token}.{k}" for k in range(4)]  # type: ignore[attr-defined]
+    leases = _leases(r)
+    for _, token, entries in merged:
+        assert {leases[e.url].token for e in entries} == {token}
+
+
+def test_runs_wait_until_every_worker_takes_them(r: redis.Redis, tmp_path: Path) -> None:
+    job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{tmp_path}/c.db", shards=1), ["http://lone.test/"])
+    Frontier(r).admit(job_id, [Entry(f"http://lone.test/{i}") for i in range(5)], 1)
+    # A worker from before runs, still up in a rolling upgrade, would fetch a run all at once.
+    old = {"node": "old@h", "shards": [0], "last": time.time(), "interval": 2.0, "offline": False}
+    r.hset(keys.NODES, "old@h", json.dumps(old))
+    sent: list[tuple[str, int, str, list[str]]] = []
+    Dispatcher(r, [0], lambda *a: sent.append(a), lambda *a: None).tick()
+    assert [len(entries) for *_, entries in sent] == [1]
+    # Gone (or upgraded): runs go.
+    nodes.mark_offline(r, "old@h")
+    Frontier(r).fetched(job_id, [Fetched(Entry.decode(sent[0][3][0]).url, sent[0][2])], lease_timeout=60, delay=0)
+    Dispatcher(r, [0], lambda *a: sent.append(a), lambda *a: None).tick()
+    assert [len(entries) for *_, entries in sent] == [1, 5]
+
+
+def _spans(web: TestWeb, site: int) -> list[tuple[float, float]]:
+    return sorted((h.start, h.end) for h in web.hits() if h.site == site and h.path != "/robots.txt")
+
+
+def test_a_crawl_fetches_each_hosts_runs_one_request_at_a_time_its_delay_apart(
+        make_web: Callable[..., TestWeb], workers: Workers, r: redis.Redis, tmp_path: Path) -> None:
+    web = make_web(2, 40)
+    workers.start("w0", ALL)
+    workers.start("w1", ALL)
+    db = tmp_path / "c.db"
+    job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{db}", delay=0.05, autothrottle=False), web.seeds())
+    st = wait_done(r, job_id, timeout=90)
+    rows = rows_by_url(db)
+    assert set(rows) == web.reachable_urls()
+    for site in (0, 1):
+        spans = _spans(web, site)
+        assert len(spans) == len({u for u in rows if u.startswith(web.origin(site))})  # each page once
+        # One request at a time, and the delay between the end of one and the start of the next
+        # (as the server saw them: the crawler's end of a request comes a little later still).
+        assert min(b[0] - a[1] for a, b in itertools.pairwise(spans)) >= 0.05 - 0.002
+    # The pages went in runs: far fewer fetch tasks than pages.
+    assert st["counters"]["fetch_tasks"] * 3 <= st["counters"]["fetched"], st["counters"]
+
+
+def test_a_run_stopped_by_a_503_hands_the_rest_back_and_each_is_asked_once(
+        make_web: Callable[..., TestWeb], workers: Workers, r: redis.Redis, tmp_path: Path) -> None:
+    web = make_web(1, 1)
+    web.route(0, "/", hw.body(hw.html("index", [f"/n/{i}" for i in range(16)])))
+    for i in range(16):
+        web.route(0, f"/n/{i}", hw.body(hw.html(f"n{i}")))
+    web.route(0, "/n/2", hw.sequence(hw.body(b"busy", 503), hw.body(hw.html("n2"))))
+    workers.start("w", ALL)
+    db = tmp_path / "c.db"
+    job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{db}", retry_base=0.2), web.seeds())
+    st = wait_done(r, job_id, timeout=60)
+    rows = rows_by_url(db)
+    assert len(rows) == 17 and all(row["status"] == 200 for row in rows.values())
+    asked = Counter(h.path for h in web.hits() if h.path != "/robots.txt")
+    assert asked.pop("/n/2") == 2 and set(asked.values()) == {1}  # the rest of the run was never sent
+    assert st["counters"]["run_returned"] >= 1 and st["counters"]["retry:http_5xx"] == 1
+
+
+
+def test_a_first_run_keeps_to_the_crawl_delay_its_robots_txt_asks(
+        make_web: Callable[..., TestWeb], workers: Workers, r: redis.Redis, tmp_path: Path) -> None:
+    # Six seeds of one host: its first run goes before any page of it taught the frontier the
+    # host's Crawl-delay, which the fetch stage reads from robots.txt itself.
+    web = make_web(1, 1)
+    web.route(0, "/robots.txt", hw.body(b"User-agent: *\nCrawl-delay: 0.2\n", ctype="text/plain"))
+    for i in range(6):
+        web.route(0, f"/s/{i}", hw.body(hw.html(f"s{i}")))
+    workers.start("w", ALL)
+    db = tmp_path / "c.db"
+    job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{db}"), [web.url(0, f"/s/{i}") for i in range(6)])
+    st = wait_done(r, job_id, timeout=60)
+    assert len(rows_by_url(db)) == 6
+    spans = _spans(web, 0)
+    assert len(spans) == 6 and min(b[0] - a[1] for a, b in itertools.pairwise(spans)) >= 0.2 - 0.002
+    assert st["counters"]["fetch_tasks"] == 1  # one run
