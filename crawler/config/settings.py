@@ -279,7 +279,7 @@ _BOOLEANS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "fals
 _RANGES: dict[str, tuple[float, bool, float | None]] = {
     # Beyond this a job's start wakes (and a dispatcher polls) more shards than any deployment has.
     "shards": (1, True, 1024),
-    **dict.fromkeys(("per_host", "concurrency", "fetch_batch", "host_run", "max_attempts", "bloom_capacity", "max_url_length",
+    **dict.fromkeys(("per_host", "concurrency", "fetch_batch", "max_attempts", "bloom_capacity", "max_url_length",
                      "visibility_timeout", "task_time_limit", "warc_max_size", "workers", "sitemap_max_urls",
                      "max_body", "max_redeliveries", "max_items_per_page", "max_item_bytes", "max_logins", "max_request_bytes", "start_requests_backlog",
                      "render_sample", "render_recheck", "render_pages", "render_max_requests", "render_max_bytes", "render_recycle_pages", "render_max_rss",
@@ -291,6 +291,7 @@ _RANGES: dict[str, tuple[float, bool, float | None]] = {
                     (0, False, None)),
     "bloom_error_rate": (0, False, 0.5),
     "near_duplicate_distance": (0, True, 64),
+    "host_run": (1, True, 64),
     "revisit_grow": (1, True, None),
     "revisit_shrink": (0, False, 1),
 }

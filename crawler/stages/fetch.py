@@ -64,6 +64,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     s = job.settings
     ctx.check_places(job)
     entries = [Entry.decode(e) for e in raw_entries]
+    confirmed_at = time.time()
     held = ctx.frontier.confirm(job.id, [(e.url, token) for e in entries], s.lease_timeout)
     todo = [e for e, ok in zip(entries, held, strict=True) if ok]
     runs = _runs(todo, [held.runs.get(i, False) for i, ok in enumerate(held) if ok], s.delay)
@@ -87,7 +88,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     # host's own delay takes in only once a page of it is fetched).
     go_runs = [(kept, max(wait, _crawl_delay(policies, todo[run[0]].url, s)))
                for run, wait in runs if len(kept := [in_go[i] for i in run if i in in_go]) > 1]
-    in_runs = {i for run, _ in runs for i in run}
+    run_of = {i: k for k, (run, _) in enumerate(runs) for i in run}
     check = ctx.politeness.hop_check(job, fetcher, config, fresh)
     cycle, cycle_base = jobs.cycle_of(ctx.redis, job.id) if s.periodic else (0, 0.0)
     # Revisits are conditional: what the last visit stored goes back as validators.
@@ -157,10 +158,13 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
         # Requests over while others are still out free their hosts now (``stragglers``), and
         # the URLs robots.txt kept from the network with the first of them.
         at = [go_at[i] for i in positions]
-        if not settled.positions:
-            # A run's URLs go with the run: its last one's report frees the host.
-            at += [i for i in range(len(todo)) if urls[i] in blocked and i not in in_runs]
-            results = [*results, *(blocked_result(urls[i], blocked[urls[i]]) for i in at[len(positions):])]
+        # The URLs robots.txt kept from the network go with the first report, but a run's go
+        # with the last of its requests: the run's last URL's report frees the host.
+        over = settled.positions.union(at)
+        at += [i for i in range(len(todo)) if urls[i] in blocked and i not in settled.positions
+               and (all(j in over or urls[j] in blocked for j in runs[run_of[i]][0]) if i in run_of
+                    else not settled.positions)]
+        results = [*results, *(blocked_result(urls[i], blocked[urls[i]]) for i in at[len(positions):])]
         pipe = ctx.redis.pipeline(transaction=False)
         now = time.time()
         done = settle(at, results, pipe, now)
@@ -171,12 +175,18 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
         early.extend((f.url, token) for f in done if not f.retry_at)
 
     # A run stops (the rest go back untried, the host's slot with them) at a failure worth a
-    # retry, once a quarter of its leases' time is spent, or where its host's delay, adapted to
-    # its answers, grows past what a run may wait (a host that slow goes a URL a task).
-    run_until = (token_time(token) or time.time()) + s.lease_timeout * FRESH
+    # retry, at the end of a login session (the rest would only fetch the login form), once a
+    # quarter of its leases' time is spent, or where its host's delay, adapted to its answers,
+    # grows past what a run may wait (a host that slow goes a URL a task). The leases' time is
+    # from their dispatch, or from the confirmation that renewed them (a task that waited).
+    made = token_time(token)
+    young = made is not None and confirmed_at - made < s.lease_timeout * FRESH
+    run_until = (made if young and made is not None else confirmed_at) + s.lease_timeout * FRESH
 
-    def pace(wait: float, r: FetchResult) -> float | None:
+    def pace(i: int, wait: float, r: FetchResult) -> float | None:
         if retry.retries(r) or time.time() >= run_until:
+            return None
+        if session is not None and session.ended(todo[go_at[i]], r):
             return None
         nxt = next_delay(wait, floor=wait, latency=r.elapsed, status=r.status, retry_after=None,
                          max_delay=s.max_delay) if s.autothrottle else wait

@@ -27,9 +27,9 @@ from crawler.fetch.client import ExtraHeaders, Fetcher, FetchResult, HopCheck, H
 STRAGGLER_AFTER = 1.0  # seconds before a task's finished requests are reported without the rest
 UNTRIED = "untried"  # the error of a run's request never sent: the run stopped before it
 
-# How a run goes on after one of its results: given the wait before that request and its result,
-# the wait before the next request, or None to stop the run there.
-Pace = Callable[[float, FetchResult], float | None]
+# How a run goes on after one of its results: given that request's position, the wait before it
+# and its result, the wait before the next request, or None to stop the run there.
+Pace = Callable[[int, float, FetchResult], float | None]
 
 
 def untried(url: str) -> FetchResult:
@@ -67,7 +67,7 @@ def fetch_reporting_early(rt: Runtime, fetcher: Fetcher, urls: Sequence[str], co
                 await asyncio.sleep(wait)
             r = (await one(i))[0]
             out.append(r)
-            go_on = pace(wait, r) if pace is not None else wait
+            go_on = pace(i, wait, r) if pace is not None else wait
             if go_on is None:
                 out.extend(untried(urls[j]) for j in positions[k + 1:])
                 break

@@ -6,23 +6,29 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import redis
 
 from crawler import jobs
 from crawler.config.settings import Settings
 from crawler.frontier import Entry, Fetched, Frontier
-from crawler.frontier.core import UNTRIED_AT, merged_batches
+from crawler.frontier.core import UNTRIED_AT, merged_batches, new_token
 from crawler.frontier.dispatcher import Dispatcher
 from crawler.frontier.lua import PARKED
 from crawler.frontier.records import Lease
+from crawler.stages.context import Context
+from crawler.stages.fetch import fetch_stage
 from crawler.state import keys, nodes
 from crawler.testweb import TestWeb
+from crawler.testweb.login import LoginSite
 from tests.conftest import Workers, rows_by_url, wait_done
+from tests.integration.test_session import _login_job
 from tests.web import handlers as hw
 
 JOB = "job-runs"
@@ -243,3 +249,81 @@ def test_a_first_run_keeps_to_the_crawl_delay_its_robots_txt_asks(
     spans = _spans(web, 0)
     assert len(spans) == 6 and min(b[0] - a[1] for a, b in itertools.pairwise(spans)) >= 0.2 - 0.002
     assert st["counters"]["fetch_tasks"] == 1  # one run
+
+
+def _one_task(ctx: Context, job_id: str, token: str | None = None) -> tuple[str, list[Entry]]:
+    """Dispatch the job's one shard once, as the dispatcher would with runs on: its one task."""
+    d = ctx.frontier.dispatch(job_id, 0, max_urls=16, per_host=1, delay=0, lease_timeout=60, concurrency=16,
+                              batch=32, run=8, run_wait=0.5, token=token)
+    ((tok, entries),) = d.batches()
+    return tok, entries
+
+
+def test_a_run_whose_last_url_robots_txt_blocks_frees_its_host_with_the_run_not_the_task(
+        make_web: Callable[..., TestWeb], r: redis.Redis, tmp_path: Path) -> None:
+    # The run's last URL (whose lease holds the host's slot) is never sent; a slow page of another
+    # host is in the same task. The host goes free when its run's requests end, not with the task.
+    web = make_web(2, 1)
+    web.route(0, "/robots.txt", hw.body(b"User-agent: *\nDisallow: /n/3\n", ctype="text/plain"))
+    for i in range(4):
+        web.route(0, f"/n/{i}", hw.body(hw.html(f"n{i}")))
+    web.route(1, "/slow", hw.slow(3.0, hw.body(hw.html("slow"))))
+    job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{tmp_path}/c.db", shards=1, autothrottle=False),
+                         [web.url(1, "/slow")])
+    ctx = Context.default(r)
+    ctx.frontier.admit(job_id, [Entry(web.url(0, f"/n/{i}")) for i in range(4)], 1, trusted=True)
+    token, entries = _one_task(ctx, job_id)
+    assert len(entries) == 5
+    host = web.url(0, "/")[len("http://"):-1]
+    task = threading.Thread(target=fetch_stage, args=(ctx, jobs.load(r, job_id, max_age=0), token,
+                                                      [e.encode() for e in entries]))
+    start = time.monotonic()
+    task.start()
+    while r.hget(keys.host_inflight(job_id), host) is not None and task.is_alive():
+        time.sleep(0.02)
+    freed = time.monotonic() - start
+    task.join()
+    assert freed < 2.0, freed  # the slow page took 3 s
+    assert r.hget(keys.host_inflight(job_id), host) is None
+
+
+def test_a_task_that_waited_in_its_queue_still_fetches_its_runs_whole(
+        make_web: Callable[..., TestWeb], r: redis.Redis, tmp_path: Path) -> None:
+    # Dispatched 20 s before a worker took it (a backlog): the confirmation renewed its leases,
+    # and the run's time counts from then.
+    web = make_web(1, 1)
+    for i in range(8):
+        web.route(0, f"/n/{i}", hw.body(hw.html(f"n{i}")))
+    job_id = jobs.submit(r, Settings.from_env(store=f"sqlite:///{tmp_path}/c.db", shards=1, autothrottle=False,
+                                              obey_robots=False), [web.url(0, "/n/0")])
+    ctx = Context.default(r)
+    ctx.frontier.admit(job_id, [Entry(web.url(0, f"/n/{i}")) for i in range(1, 8)], 1, trusted=True)
+    token, entries = _one_task(ctx, job_id, token=new_token(time.time() - 20))
+    pages = fetch_stage(ctx, jobs.load(r, job_id, max_age=0), token, [e.encode() for e in entries])
+    assert len(entries) == len(pages) == 8
+    assert not jobs.status(r, job_id)["counters"].get("run_returned")
+
+
+def test_a_run_stops_where_the_site_ends_its_login_session(
+        make_web: Callable[..., TestWeb], r: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    web = make_web(1, 1)
+    site = LoginSite(records=8)
+    site.mount(web, 0)
+    monkeypatch.setenv("CRAWLER_SECRET_LOGIN_USER", site.user)
+    monkeypatch.setenv("CRAWLER_SECRET_LOGIN_PASSWORD", site.password)
+    job_id = _login_job(r, web, tmp_path)
+    ctx = Context.default(r)
+    token, entries = _one_task(ctx, job_id)
+    fetch_stage(ctx, jobs.load(r, job_id, max_age=0), token, [e.encode() for e in entries])  # the seed: a login
+    assert site.logins == 1
+    ctx.frontier.admit(job_id, [Entry(web.url(0, site.record_path(i)), 1) for i in range(8)], 1, trusted=True)
+    ctx.frontier.release(job_id, [(e.url, token) for e in entries], delay=0)
+    site.expire_all()
+    token, entries = _one_task(ctx, job_id)
+    assert len(entries) == 8
+    asked = sum(1 for h in web.hits() if h.path.startswith("/members/"))
+    fetch_stage(ctx, jobs.load(r, job_id, max_age=0), token, [e.encode() for e in entries])
+    # The first answer said the session was over: the rest of the run was never sent with it.
+    assert sum(1 for h in web.hits() if h.path.startswith("/members/")) - asked == 1
+    c = jobs.status(r, job_id)["counters"]
+    assert c["session_refetch"] == 1 and c["run_returned"] == 7

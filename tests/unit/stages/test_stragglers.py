@@ -90,7 +90,8 @@ def test_a_runs_urls_go_one_after_another_waiting_between_and_are_reported_toget
     fetcher = Logged()
     waits: list[float] = []
 
-    def pace(wait: float, r: FetchResult) -> float | None:
+    def pace(i: int, wait: float, r: FetchResult) -> float | None:
+        assert r.url == urls[i]
         waits.append(wait)
         return wait * 2
 
@@ -112,7 +113,7 @@ def test_a_run_pace_stops_leaves_the_rest_untried(rt: Runtime) -> None:
     urls = ["http://a/0.01", "http://a/503/0.01", "http://a/x/0.01", "http://a/y/0.01"]
     fetcher = Logged()
     got = fetch_reporting_early(rt, fetcher, urls, CONFIG, None, {}, None, None, lambda pos, res: None,
-                                runs=[([0, 1, 2, 3], 0.0)], pace=lambda wait, r: None if r.status == 503 else wait)
+                                runs=[([0, 1, 2, 3], 0.0)], pace=lambda i, wait, r: None if r.status == 503 else wait)
     assert [r.status for r in got[:2]] == [200, 503]
     assert [is_untried(r) for r in got] == [False, False, True, True] and [r.url for r in got] == urls
     assert set(fetcher.spans) == set(urls[:2])  # never sent
