@@ -128,12 +128,21 @@ class Reaped:
     abandoned: list[tuple[Entry, int]]  # (entry, shard), leased under ``token``
 
 
-class Confirmed(list[bool]):
-    """Which leases a holder still owns (``Frontier.confirm``), and of those that are a run's
-    URLs before its last (``runs``: position -> the host's own delay, None for the job's), which
-    the fetch stage fetches one after another, that delay apart, then the run's last one."""
+@dataclass(frozen=True)
+class RunPace:
+    """What a run waits between its requests: its host's own delay (None: the job's), never
+    less than an operator's delay for the host (``override``, None if there is none)."""
 
-    runs: dict[int, float | None]
+    own: float | None
+    override: float | None
+
+
+class Confirmed(list[bool]):
+    """Which leases a holder still owns (``Frontier.confirm``), and of those which are a run's
+    URLs before its last (``runs``: position -> its ``RunPace``), which the fetch stage fetches
+    one after another, then the run's last one."""
+
+    runs: dict[int, RunPace]
 
 
 class Admitted(list[str]):
@@ -368,8 +377,10 @@ class Frontier:
         res = self._call(self._confirm, job, _deadline(now, lease_timeout, [t for _, t in leases]),
                          *_flat(leases))
         for i, r in enumerate(res):
-            if isinstance(r, bytes):  # b"r" and the host's own delay, if it has one
-                out.runs[i] = float(r[1:]) if len(r) > 1 else None
+            if isinstance(r, bytes):  # b"r", the host's own delay, a space, its override
+                own, _, override = r[1:].decode().partition(" ")
+                out.runs[i] = RunPace(float(own) if own else None,
+                                      HostOverride.decode(override).delay if override else None)
             out.append(bool(r))
         return out
 

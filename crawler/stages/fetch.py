@@ -14,7 +14,7 @@ from crawler.fetch import FetchConfig
 from crawler.fetch.client import FetchResult, RequestSpec, runtime
 from crawler.fetch.robots import RobotsPolicy, origin_of
 from crawler.frontier import Entry, Fetched
-from crawler.frontier.core import FRESH, UNTRIED_AT, token_time
+from crawler.frontier.core import FRESH, UNTRIED_AT, RunPace, token_time
 from crawler.frontier.dispatcher import RUN_WAIT
 from crawler.parse import is_html
 from crawler.render import decide
@@ -67,7 +67,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     confirmed_at = time.time()
     held = ctx.frontier.confirm(job.id, [(e.url, token) for e in entries], s.lease_timeout)
     todo = [e for e, ok in zip(entries, held, strict=True) if ok]
-    runs = _runs(todo, [held.runs.get(i, False) for i, ok in enumerate(held) if ok], s.delay)
+    runs = _runs(todo, [held.runs.get(i) for i, ok in enumerate(held) if ok])
     if len(todo) < len(entries):
         jobs.count(ctx.redis, job.id, stale_leases=len(entries) - len(todo))
     if not todo:
@@ -84,10 +84,17 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     go_keys = [todo[i].url for i in go_at]
     go = [urls[i] for i in go_at]
     in_go = {i: k for k, i in enumerate(go_at)}
-    # A run waits its host's delay, and never less than its robots.txt's Crawl-delay (which the
-    # host's own delay takes in only once a page of it is fetched).
-    go_runs = [(kept, max(wait, _crawl_delay(policies, todo[run[0]].url, s)))
-               for run, wait in runs if len(kept := [in_go[i] for i in run if i in in_go]) > 1]
+    # A run waits its host's delay, adapted to its answers as it goes, never less than the floor
+    # the delay's adaptation keeps to (the job's or an operator's delay, and robots.txt's
+    # Crawl-delay, which the host's own delay takes in only once a page of it is fetched).
+    go_runs: list[tuple[list[int], float]] = []
+    floor_at: dict[int, float] = {}  # by position in ``go``
+    for run, p in runs:
+        kept = [in_go[i] for i in run if i in in_go]
+        if len(kept) > 1:
+            floor = max(s.delay if p.override is None else p.override, _crawl_delay(policies, todo[run[0]].url, s))
+            go_runs.append((kept, max(s.delay if p.own is None else p.own, floor)))
+            floor_at.update(dict.fromkeys(kept, floor))
     run_of = {i: k for k, (run, _) in enumerate(runs) for i in run}
     check = ctx.politeness.hop_check(job, fetcher, config, fresh)
     cycle, cycle_base = jobs.cycle_of(ctx.redis, job.id) if s.periodic else (0, 0.0)
@@ -188,7 +195,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
             return None
         if session is not None and session.ended(todo[go_at[i]], r):
             return None
-        nxt = next_delay(wait, floor=wait, latency=r.elapsed, status=r.status, retry_after=None,
+        nxt = next_delay(wait, floor=floor_at[i], latency=r.elapsed, status=r.status, retry_after=None,
                          max_delay=s.max_delay) if s.autothrottle else wait
         return nxt if nxt <= RUN_WAIT else None
 
@@ -226,20 +233,20 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     return pages
 
 
-def _runs(todo: Sequence[Entry], delays: Sequence[float | bool | None], delay: float) -> list[tuple[list[int], float]]:
-    """(positions in ``todo``, wait between requests) of the hosts' runs: a run's URLs before its
-    last (``delays``: their host's own delay, None for the job's ``delay``, False for a URL of no
-    run) and the URL of the same host after them, its last. A run whose last URL this task no
-    longer holds is still fetched one URL after another."""
-    out: list[tuple[list[int], float]] = []
+def _runs(todo: Sequence[Entry], paces: Sequence[RunPace | None]) -> list[tuple[list[int], RunPace]]:
+    """(positions in ``todo``, pace) of the hosts' runs: a run's URLs before its last (``paces``:
+    what ``Frontier.confirm`` said of each, None for a URL of no run) and the URL of the same host
+    after them, its last. A run whose last URL this task no longer holds is still fetched one URL
+    after another."""
+    out: list[tuple[list[int], RunPace]] = []
     run: list[int] = []
     for i, e in enumerate([*todo, None]):
-        if e is not None and run and delays[run[-1]] is not False and host_key(todo[run[-1]].url) == host_key(e.url):
+        if e is not None and run and paces[run[-1]] is not None and host_key(todo[run[-1]].url) == host_key(e.url):
             run.append(i)
             continue
-        if len(run) > 1:
-            first = delays[run[0]]  # a run's first URL is never its last
-            out.append((run, delay if first is None else float(first)))
+        first = paces[run[0]] if run else None  # a run's first URL is never its last
+        if len(run) > 1 and first is not None:
+            out.append((run, first))
         run = [i]
     return out
 

@@ -263,10 +263,11 @@ def test_a_lone_hosts_next_url_goes_when_its_delay_ends_not_after_a_batch_window
               delays={"lone.test": 0.004})
     r.hincrby(keys.counters(job_id), "held", 1)
     wait = d.tick(time.time())
-    # Woken when the host is due, not at the end of the batch window.
-    assert wait <= 0.004 < BATCH_WINDOW, wait
-    time.sleep(0.005)
-    d.tick(time.time())
+    if len(sent) == 1:  # else a loaded machine took more than the 4 ms: the host was due, and went
+        # Woken when the host is due, not at the end of the batch window.
+        assert wait <= 0.004 < BATCH_WINDOW, wait
+        time.sleep(0.005)
+        d.tick(time.time())
     assert len(sent) == 2
 
 

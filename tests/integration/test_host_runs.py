@@ -18,7 +18,7 @@ import redis
 from crawler import jobs
 from crawler.config.settings import Settings
 from crawler.frontier import Entry, Fetched, Frontier
-from crawler.frontier.core import UNTRIED_AT, merged_batches, new_token
+from crawler.frontier.core import UNTRIED_AT, RunPace, merged_batches, new_token
 from crawler.frontier.dispatcher import Dispatcher
 from crawler.frontier.lua import PARKED
 from crawler.frontier.records import Lease
@@ -77,7 +77,7 @@ def test_a_lone_host_gives_a_run_under_its_one_slot(r: redis.Redis) -> None:
     r.hset(keys.host_delays(JOB), "a.test", "0.25")
     ((token, _),) = d.batches()  # type: ignore[attr-defined]
     held = f.confirm(JOB, [(u, token) for u in urls[:8]], 60)
-    assert held == [True] * 8 and held.runs == dict.fromkeys(range(7), 0.25)
+    assert held == [True] * 8 and held.runs == dict.fromkeys(range(7), RunPace(0.25, None))
     # The run over: the slot is freed once, and the host goes again after its delay.
     now = time.time()
     f.fetched(JOB, [Fetched(u, token) for u in urls[:8]], lease_timeout=60, delay=0)

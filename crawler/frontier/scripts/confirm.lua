@@ -1,7 +1,8 @@
 -- ARGV: prefix, job, lease_deadline ('' to leave the deadlines as they are), then (url, token)
 -- pairs. Returns per pair whether this holder still owns the lease and should fetch: 0, 1, or
--- for a run's URL before its last ('r', see dispatch) 'r' and its host's own delay ('' for the
--- job's), which the fetch stage waits between the run's requests.
+-- for a run's URL before its last ('r', see dispatch) 'r', its host's own delay ('' for the
+-- job's), a space and an operator's override of the host ('' for none): the fetch stage waits
+-- the one between the run's requests, never less than the other's delay.
 local urls = {}
 for i = 4, #ARGV, 2 do urls[#urls + 1] = ARGV[i] end
 local lease = hmget(KLEASE, urls)
@@ -25,8 +26,10 @@ end
 send('ZADD', KLEXP, expiry)
 if #run_hosts > 0 then
   local own = hmget(KDELAY, run_hosts)
+  local ovr = {}
+  if redis.call('EXISTS', KOVR) == 1 then ovr = hmget(KOVR, run_hosts) end
   for j, v in ipairs(res) do
-    if type(v) == 'string' then res[j] = 'r' .. (own[v] or '') end
+    if type(v) == 'string' then res[j] = 'r' .. (own[v] or '') .. ' ' .. (ovr[v] or '') end
   end
 end
 return res

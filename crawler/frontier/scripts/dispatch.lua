@@ -3,9 +3,10 @@
 -- run_wait. Requests in flight and pages held for parse and store both count against
 -- ``concurrency``. With batch > 0 the k-th request leased (a run counts as one, see below) is
 -- leased under ``token.(k // batch)``: each fetch task gets a token of its own. While requests are in flight,
--- nothing goes until at least min_free slots are free: a finished task frees its slots at once,
--- and re-dispatching them one small task at a time would keep every later task as small (each
--- task costs the same Celery overhead whatever its size). Slots that due hosts leave idle go to
+-- nothing goes until at least min_free slots are free (with runs, unless every due host has a
+-- slot): a finished task frees its slots at once, and re-dispatching them one small task at a
+-- time would keep every later task as small (each task costs the same Celery overhead whatever
+-- its size). Slots that due hosts leave idle go to
 -- runs: a host that may have one request in flight gives up to ``run`` URLs (as many as
 -- ``run_wait`` seconds of its delay between them allow), fetched one after another by one fetch
 -- task, the delay apart, so a crawl of few hosts pays a task's overhead per run, not per page.
@@ -31,10 +32,15 @@ if redis.call('HGET', KMETA, 'status') == 'running' then
   local busy = tonumber(c[1] or '0') + tonumber(c[2] or '0')
   inflight = tonumber(c[1] or '0')
   slots = math.min(max_urls, concurrency - busy)
-  if busy > 0 and slots < min_free then slots = 0 end
   local total = 0
   local hosts = {}
   if slots > 0 then hosts = redis.call('ZRANGEBYSCORE', rkey, '-inf', now, 'LIMIT', 0, slots) end
+  -- Waiting for min_free slots gathers more hosts into a task; with runs, where every due host
+  -- has a slot already, it would only keep them waiting.
+  if busy > 0 and slots < min_free and not (run > 1 and #hosts < slots) then
+    slots = 0
+    hosts = {}
+  end
   -- URLs a run may take: the slots each due host would leave idle, ``run`` at most.
   local share = 1
   if run > 1 and #hosts > 0 then share = math.min(run, math.floor(slots / #hosts)) end
