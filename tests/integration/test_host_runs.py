@@ -78,6 +78,9 @@ def test_a_lone_host_gives_a_run_under_its_one_slot(r: redis.Redis) -> None:
     ((token, _),) = d.batches()  # type: ignore[attr-defined]
     held = f.confirm(JOB, [(u, token) for u in urls[:8]], 60)
     assert held == [True] * 8 and held.runs == dict.fromkeys(range(7), RunPace(0.25, None))
+    # And an operator's delay for the host, below which its run's waits never go.
+    r.hset(keys.host_overrides(JOB), "a.test", "0.3 -")
+    assert f.confirm(JOB, [(urls[0], token)], 60).runs == {0: RunPace(0.25, 0.3)}
     # The run over: the slot is freed once, and the host goes again after its delay.
     now = time.time()
     f.fetched(JOB, [Fetched(u, token) for u in urls[:8]], lease_timeout=60, delay=0)
@@ -149,6 +152,17 @@ def test_runs_take_only_the_slots_due_hosts_leave_idle(r: redis.Redis) -> None:
     f.admit(JOB, [Entry(f"http://two.test/{i}") for i in range(8)], 1, trusted=True)
     d = _dispatch(f, per_host=2)
     assert len(d.items) == 2 and {s.stage for s in _leases(r).values()} == {"f"}  # type: ignore[attr-defined]
+
+
+def test_runs_go_without_waiting_for_min_free_slots_when_every_due_host_has_one(r: redis.Redis) -> None:
+    f = _start(r)
+    f.admit(JOB, [Entry(f"http://h{h}.test/{i}") for h in range(4) for i in range(8)], 1, trusted=True)
+    r.hset(keys.counters(JOB), "held", 40)  # pages of earlier runs waiting for parse and store
+    # 24 slots free, fewer than min_free: without runs nothing goes (a task would be small) ...
+    assert not _dispatch(f, run=1, min_free=32).items  # type: ignore[attr-defined]
+    # ... with runs, the four due hosts share them.
+    d = _dispatch(f, min_free=32)
+    assert len(d.items) == 24 and len({e.url.split("/")[2] for e, _ in d.items}) == 4  # type: ignore[attr-defined]
 
 
 def test_a_run_counts_as_one_request_of_its_fetch_task(r: redis.Redis) -> None:
