@@ -44,9 +44,9 @@ PROMOTE_EVERY = 1.0  # a retry set is looked at this often at least (more when i
 # host's queue back to its cap, so a host may take up to half its cap per interval.
 REFILL_EVERY = 0.2
 RUNS_EVERY = 10.0  # seconds between looks at whether every worker takes runs (``nodes.take_runs``)
-# Seconds of a host's delay one run may wait out in all, and so between two of its requests (the
-# fetch stage stops a run whose host's delay grows past it): a run holds a worker's task, and a
-# host slow enough to need more is better served a URL a task.
+# Seconds of waits one run may have in all (dispatch sizes runs by the host's delay, and the fetch
+# stage stops a run whose waits would add up to more): a run holds a worker's task, and a host
+# slow enough to need more is better served a URL a task.
 RUN_WAIT = 0.5
 # Seconds a listed job may have no record before it is taken off the list: a Redis Cluster's
 # pipeline may list a job a moment before its record lands, but not for this long.
@@ -220,8 +220,12 @@ class Dispatcher:
             return None
         due = sum(r.due for r in ready.values())
         live = sum(r.live for r in ready.values())
-        # A due host gives a run of URLs (``run``), or one URL a request its budget allows.
-        per_due_host = run if run > 1 and per_host == 1 else 1 if delay > 0 or adaptive else max(1, per_host)
+        # A due host gives a run of URLs (``run``, as many as RUN_WAIT of the job's delay allows),
+        # or one URL a request its budget allows.
+        if run > 1 and per_host == 1:
+            per_due_host = min(run, 1 + int(RUN_WAIT // delay)) if delay > 0 else run
+        else:
+            per_due_host = 1 if delay > 0 or adaptive else max(1, per_host)
         # Nothing due: no batch to fill, and the tick wakes when the earliest host is due, not at
         # the window's end (a lone host's delay is a few ms).
         if busy == 0 or due == 0 or due * per_due_host >= want or due >= live:

@@ -89,12 +89,14 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     # Crawl-delay, which the host's own delay takes in only once a page of it is fetched).
     go_runs: list[tuple[list[int], float]] = []
     floor_at: dict[int, float] = {}  # by position in ``go``
+    run_at: dict[int, int] = {}  # the run of a position in ``go``
     for run, p in runs:
         kept = [in_go[i] for i in run if i in in_go]
         if len(kept) > 1:
             floor = max(s.delay if p.override is None else p.override, _crawl_delay(policies, todo[run[0]].url, s))
             go_runs.append((kept, max(s.delay if p.own is None else p.own, floor)))
             floor_at.update(dict.fromkeys(kept, floor))
+            run_at.update(dict.fromkeys(kept, len(go_runs) - 1))
     run_of = {i: k for k, (run, _) in enumerate(runs) for i in run}
     check = ctx.politeness.hop_check(job, fetcher, config, fresh)
     cycle, cycle_base = jobs.cycle_of(ctx.redis, job.id) if s.periodic else (0, 0.0)
@@ -183,12 +185,14 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
 
     # A run stops (the rest go back untried, the host's slot with them) at a failure worth a
     # retry, at the end of a login session (the rest would only fetch the login form), once a
-    # quarter of its leases' time is spent, or where its host's delay, adapted to its answers,
-    # grows past what a run may wait (a host that slow goes a URL a task). The leases' time is
-    # from their dispatch, or from the confirmation that renewed them (a task that waited).
+    # quarter of its leases' time is spent, or where its waits (its host's delay, adapted to its
+    # answers, or robots.txt's Crawl-delay) would add up to more than a run may wait (a host that
+    # slow goes a URL a task). The leases' time is from their dispatch, or from the confirmation that renewed them
+    # (a task that waited).
     made = token_time(token)
     young = made is not None and confirmed_at - made < s.lease_timeout * FRESH
     run_until = (made if young and made is not None else confirmed_at) + s.lease_timeout * FRESH
+    waited = [0.0] * len(go_runs)
 
     def pace(i: int, wait: float, r: FetchResult) -> float | None:
         if retry.retries(r) or time.time() >= run_until:
@@ -197,7 +201,8 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
             return None
         nxt = next_delay(wait, floor=floor_at[i], latency=r.elapsed, status=r.status, retry_after=None,
                          max_delay=s.max_delay) if s.autothrottle else wait
-        return nxt if nxt <= RUN_WAIT else None
+        waited[run_at[i]] += nxt
+        return nxt if waited[run_at[i]] <= RUN_WAIT else None
 
     got = fetch_reporting_early(rt, fetcher, go, config, check, validators, hops, specs if any(specs) else None,
                                 report, runs=go_runs, pace=pace) if go else []

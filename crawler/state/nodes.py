@@ -18,7 +18,8 @@ from crawler.state import keys
 
 GONE_AFTER = 30  # heartbeats missed before a silent node counts as gone
 # In a node's record: its fetch stage takes a host's run of URLs (``Frontier.dispatch``'s
-# ``run``) one after another. A worker from before runs would fetch them all at once.
+# ``run``) one after another. A worker from before runs would fetch only the run's last URL, its
+# others coming back, an attempt spent, when their leases expire.
 RUNS = "runs"
 
 

@@ -18,8 +18,8 @@ import redis
 from crawler import jobs
 from crawler.config.settings import Settings
 from crawler.frontier import Entry, Fetched, Frontier
-from crawler.frontier.core import UNTRIED_AT, RunPace, merged_batches, new_token
-from crawler.frontier.dispatcher import Dispatcher
+from crawler.frontier.core import UNTRIED_AT, Readiness, RunPace, merged_batches, new_token
+from crawler.frontier.dispatcher import BATCH_WINDOW, RUN_WAIT, Dispatcher
 from crawler.frontier.lua import PARKED
 from crawler.frontier.records import Lease
 from crawler.stages.context import Context
@@ -43,7 +43,7 @@ def _start(r: redis.Redis) -> Frontier:
 
 def _dispatch(f: Frontier, **kw: object) -> object:
     args: dict[str, object] = {"max_urls": 64, "per_host": 1, "delay": 0.0, "lease_timeout": 60,
-                               "concurrency": 64, "batch": 32, "run": 8, "run_wait": 1.0}
+                               "concurrency": 64, "batch": 32, "run": 8, "run_wait": RUN_WAIT}
     args.update(kw)
     return f.dispatch(JOB, 0, **args)  # type: ignore[arg-type]
 
@@ -139,11 +139,11 @@ def test_runs_take_only_the_slots_due_hosts_leave_idle(r: redis.Redis) -> None:
     f.admit(JOB, [Entry(f"http://h{h}.test/{i}") for h in range(20) for i in range(4)], 1, trusted=True)
     d = _dispatch(f)
     assert len(d.items) == 60  # type: ignore[attr-defined]
-    # A host with a delay gives what a second of it allows.
+    # A host with a delay gives what half a second of it allows.
     r.flushdb()
     f = _start(r)
     f.admit(JOB, [Entry(f"http://slow.test/{i}") for i in range(8)], 1, trusted=True)
-    r.hset(keys.host_delays(JOB), "slow.test", "0.4")
+    r.hset(keys.host_delays(JOB), "slow.test", "0.2")
     d = _dispatch(f)
     assert len(d.items) == 3  # type: ignore[attr-defined]
     # per_host 2: two requests at once, no runs.
@@ -163,6 +163,34 @@ def test_runs_go_without_waiting_for_min_free_slots_when_every_due_host_has_one(
     # ... with runs, the four due hosts share them.
     d = _dispatch(f, min_free=32)
     assert len(d.items) == 24 and len({e.url.split("/")[2] for e, _ in d.items}) == 4  # type: ignore[attr-defined]
+    # A due host whose delay allows no run waits for min_free slots as before: its one URL alone
+    # would be a task of its own.
+    r.flushdb()
+    f = _start(r)
+    f.admit(JOB, [Entry(f"http://slow.test/{i}") for i in range(8)], 1, trusted=True)
+    r.hset(keys.counters(JOB), "held", 40)
+    r.hset(keys.host_delays(JOB), "slow.test", "1.0")
+    assert not _dispatch(f, min_free=32).items  # type: ignore[attr-defined]
+
+
+def test_a_runs_length_keeps_to_an_operators_delay_for_its_host(r: redis.Redis) -> None:
+    f = _start(r)
+    f.admit(JOB, [Entry(f"http://a.test/{i}") for i in range(8)], 1, trusted=True)
+    r.hset(keys.host_delays(JOB), "a.test", "0.01")
+    r.hset(keys.host_overrides(JOB), "a.test", "0.45 -")
+    # Half a second of waits at 0.45 s: one wait, two URLs.
+    assert len(_dispatch(f).items) == 2  # type: ignore[attr-defined]
+
+
+def test_the_batch_window_counts_what_a_due_host_gives_at_the_jobs_delay(r: redis.Redis) -> None:
+    d = Dispatcher(r, [0], lambda *a: None, lambda *a: None)
+    now = time.time()
+    d._last_dispatch["j"] = now
+    ready = {0: Readiness(due=4, live=100, earliest=None)}
+    # At a delay of 1 s a due host gives one URL: 4 of 32 wanted, so the window holds ...
+    assert d._hold_for_batch("j", ready, 40, 1, 1.0, False, 32, now, run=8) == now + BATCH_WINDOW
+    # ... and at 0.05 s a run of 8 each: 32, a full batch, goes now.
+    assert d._hold_for_batch("j", ready, 40, 1, 0.05, False, 32, now, run=8) is None
 
 
 def test_a_run_counts_as_one_request_of_its_fetch_task(r: redis.Redis) -> None:
@@ -224,8 +252,8 @@ def test_a_crawl_fetches_each_hosts_runs_one_request_at_a_time_its_delay_apart(
         # One request at a time, and the delay between the end of one and the start of the next
         # (as the server saw them: the crawler's end of a request comes a little later still).
         assert min(b[0] - a[1] for a, b in itertools.pairwise(spans)) >= 0.05 - 0.002
-    # The pages went in runs: far fewer fetch tasks than pages.
-    assert st["counters"]["fetch_tasks"] * 3 <= st["counters"]["fetched"], st["counters"]
+    # The pages went in runs: far fewer fetch tasks than pages (a URL per host, two a task, before).
+    assert st["counters"]["fetch_tasks"] * 5 <= st["counters"]["fetched"] * 2, st["counters"]
 
 
 def test_a_run_stopped_by_a_503_hands_the_rest_back_and_each_is_asked_once(
@@ -262,7 +290,9 @@ def test_a_first_run_keeps_to_the_crawl_delay_its_robots_txt_asks(
     assert len(rows_by_url(db)) == 6
     spans = _spans(web, 0)
     assert len(spans) == 6 and min(b[0] - a[1] for a, b in itertools.pairwise(spans)) >= 0.2 - 0.002
-    assert st["counters"]["fetch_tasks"] == 1  # one run
+    # The first run stopped where its waits would have passed half a second in all (the rest
+    # went back untried); the next runs were sized by the delay the host then had.
+    assert st["counters"]["run_returned"] == 3 and st["counters"]["fetch_tasks"] == 2
 
 
 def _one_task(ctx: Context, job_id: str, token: str | None = None) -> tuple[str, list[Entry]]:

@@ -35,15 +35,39 @@ if redis.call('HGET', KMETA, 'status') == 'running' then
   local total = 0
   local hosts = {}
   if slots > 0 then hosts = redis.call('ZRANGEBYSCORE', rkey, '-inf', now, 'LIMIT', 0, slots) end
-  -- Waiting for min_free slots gathers more hosts into a task; with runs, where every due host
-  -- has a slot already, it would only keep them waiting.
-  if busy > 0 and slots < min_free and not (run > 1 and #hosts < slots) then
-    slots = 0
-    hosts = {}
-  end
   -- URLs a run may take: the slots each due host would leave idle, ``run`` at most.
   local share = 1
   if run > 1 and #hosts > 0 then share = math.min(run, math.floor(slots / #hosts)) end
+  -- Records most jobs never have are read only when they exist: operators' overrides.
+  local overrides = {}
+  if #hosts > 0 and redis.call('EXISTS', KOVR) == 1 then overrides = hmget(KOVR, hosts) end
+  local delays = nil  -- read when the first host's turn needs its delay
+  -- What a run of the host waits between its requests: its delay (its own, else the job's),
+  -- never less than an operator's.
+  local function run_delay(host)
+    delays = delays or hmget(KDELAY, hosts)
+    local d = tonumber(delays[host] or delay)
+    local od = overrides[host] and string.match(overrides[host], '^(%S+) ')
+    if od and od ~= '-' then d = math.max(d, tonumber(od)) end
+    return d
+  end
+  -- Waiting for min_free slots gathers more hosts into a task; where a due host would take a
+  -- run of the slots there are, it would only keep it waiting.
+  if busy > 0 and slots < min_free then
+    local runs_now = false
+    if share > 1 then
+      for _, host in ipairs(hosts) do
+        if run_delay(host) <= run_wait then
+          runs_now = true
+          break
+        end
+      end
+    end
+    if not runs_now then
+      slots = 0
+      hosts = {}
+    end
+  end
   if #hosts > 0 then
     -- What every due host's turn needs is read first, a command per record for all of them, and
     -- what it changes is written at the end the same way (``gather``).
@@ -62,12 +86,9 @@ if redis.call('HGET', KMETA, 'status') == 'running' then
     local ipinf = hmget(KIPINF, ipks)
     for _, ipk in ipairs(ipks) do ipinf[ipk] = tonumber(ipinf[ipk] or '0') end
     local ipdirty = {}
-    -- Records most jobs never have are read only when they exist: operators' overrides, and
-    -- the exact seen hash's depths (ARGV[15] '0': a Bloom job's, which has none).
-    local overrides = {}
-    if redis.call('EXISTS', KOVR) == 1 then overrides = hmget(KOVR, hosts) end
+    -- The exact seen hash's depths are read only for a job that keeps them (ARGV[15] '0': a
+    -- Bloom job's, which has none).
     local depths = ARGV[15] ~= '0'
-    local delays = nil  -- read when the first host's turn needs its delay
     local leases, urls, infw, readyw, nextw, drained = {}, {}, gather(), gather(), gather(), gather()
     for _, host in ipairs(hosts) do
       if slots <= 0 then break end
@@ -100,7 +121,8 @@ if redis.call('HGET', KMETA, 'status') == 'running' then
       local pop = take
       if runs then
         pop = math.min(share, slots)
-        if hdelay > 0 then pop = math.min(pop, 1 + math.floor(run_wait / hdelay)) end
+        local rd = run_delay(host)
+        if rd > 0 then pop = math.min(pop, 1 + math.floor(run_wait / rd)) end
       end
       local got = 0
       if pop > 0 then
