@@ -9,13 +9,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from crawler import errors, jobs
-from crawler.config.settings import Settings
 from crawler.fetch import FetchConfig
 from crawler.fetch.client import FetchResult, RequestSpec, runtime
-from crawler.fetch.robots import RobotsPolicy, origin_of
+from crawler.fetch.robots import origin_of
 from crawler.frontier import Entry, Fetched
-from crawler.frontier.core import FRESH, UNTRIED_AT, RunPace, token_time
-from crawler.frontier.dispatcher import RUN_WAIT
+from crawler.frontier.core import UNTRIED_AT, token_time
 from crawler.parse import is_html
 from crawler.render import decide
 from crawler.spiders.base import Spider
@@ -25,8 +23,8 @@ from crawler.stages.context import Context
 from crawler.stages.dedup import dedup_stage
 from crawler.stages.messages import FetchedPage, LinkGroup
 from crawler.stages.politeness import blocked_result
-from crawler.stages.ratecontrol import next_delay
 from crawler.stages.retry_policy import RetryPolicy
+from crawler.stages.runs import plan as plan_runs
 from crawler.stages.session import REFETCH_AFTER, open_session, spider_headers
 from crawler.stages.stragglers import fetch_reporting_early, is_untried
 from crawler.state import keys, nodes
@@ -67,7 +65,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     confirmed_at = time.time()
     held = ctx.frontier.confirm(job.id, [(e.url, token) for e in entries], s.lease_timeout)
     todo = [e for e, ok in zip(entries, held, strict=True) if ok]
-    runs = _runs(todo, [held.runs.get(i) for i, ok in enumerate(held) if ok])
+    paces = [held.runs.get(i) for i, ok in enumerate(held) if ok]
     if len(todo) < len(entries):
         jobs.count(ctx.redis, job.id, stale_leases=len(entries) - len(todo))
     if not todo:
@@ -83,21 +81,7 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
     go_at = [i for i, u in enumerate(urls) if u not in blocked]
     go_keys = [todo[i].url for i in go_at]
     go = [urls[i] for i in go_at]
-    in_go = {i: k for k, i in enumerate(go_at)}
-    # A run waits its host's delay, adapted to its answers as it goes, never less than the floor
-    # the delay's adaptation keeps to (the job's or an operator's delay, and robots.txt's
-    # Crawl-delay, which the host's own delay takes in only once a page of it is fetched).
-    go_runs: list[tuple[list[int], float]] = []
-    floor_at: dict[int, float] = {}  # by position in ``go``
-    run_at: dict[int, int] = {}  # the run of a position in ``go``
-    for run, p in runs:
-        kept = [in_go[i] for i in run if i in in_go]
-        if len(kept) > 1:
-            floor = max(s.delay if p.override is None else p.override, _crawl_delay(policies, todo[run[0]].url, s))
-            go_runs.append((kept, max(s.delay if p.own is None else p.own, floor)))
-            floor_at.update(dict.fromkeys(kept, floor))
-            run_at.update(dict.fromkeys(kept, len(go_runs) - 1))
-    run_of = {i: k for k, (run, _) in enumerate(runs) for i in run}
+    runs = plan_runs(todo, paces, go_at, policies, s, token, confirmed_at)
     check = ctx.politeness.hop_check(job, fetcher, config, fresh)
     cycle, cycle_base = jobs.cycle_of(ctx.redis, job.id) if s.periodic else (0, 0.0)
     # Revisits are conditional: what the last visit stored goes back as validators.
@@ -168,11 +152,11 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
         # the URLs robots.txt kept from the network with the first of them.
         at = [go_at[i] for i in positions]
         # The URLs robots.txt kept from the network go with the first report, but a run's go
-        # with the last of its requests: the run's last URL's report frees the host.
+        # with the last of its requests (``TaskRuns.report_now``).
         over = settled.positions.union(at)
-        at += [i for i in range(len(todo)) if urls[i] in blocked and i not in settled.positions
-               and (all(j in over or urls[j] in blocked for j in runs[run_of[i]][0]) if i in run_of
-                    else not settled.positions)]
+        kept_back = {i for i in range(len(todo)) if urls[i] in blocked}
+        at += [i for i in sorted(kept_back - settled.positions)
+               if runs.report_now(i, over, kept_back, first=not settled.positions)]
         results = [*results, *(blocked_result(urls[i], blocked[urls[i]]) for i in at[len(positions):])]
         pipe = ctx.redis.pipeline(transaction=False)
         now = time.time()
@@ -183,29 +167,12 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
                              delays=settled.delays)
         early.extend((f.url, token) for f in done if not f.retry_at)
 
-    # A run stops (the rest go back untried, the host's slot with them) at a failure worth a
-    # retry, at the end of a login session (the rest would only fetch the login form), once a
-    # quarter of its leases' time is spent, or where its waits (its host's delay, adapted to its
-    # answers, or robots.txt's Crawl-delay) would add up to more than a run may wait (a host that
-    # slow goes a URL a task). The leases' time is from their dispatch, or from the confirmation that renewed them
-    # (a task that waited).
-    made = token_time(token)
-    young = made is not None and confirmed_at - made < s.lease_timeout * FRESH
-    run_until = (made if young and made is not None else confirmed_at) + s.lease_timeout * FRESH
-    waited = [0.0] * len(go_runs)
-
     def pace(i: int, wait: float, r: FetchResult) -> float | None:
-        if retry.retries(r) or time.time() >= run_until:
-            return None
-        if session is not None and session.ended(todo[go_at[i]], r):
-            return None
-        nxt = next_delay(wait, floor=floor_at[i], latency=r.elapsed, status=r.status, retry_after=None,
-                         max_delay=s.max_delay) if s.autothrottle else wait
-        waited[run_at[i]] += nxt
-        return nxt if waited[run_at[i]] <= RUN_WAIT else None
+        ended = session is not None and session.ended(todo[go_at[i]], r)
+        return runs.pace(i, wait, r, s, stop=retry.retries(r) or ended)
 
     got = fetch_reporting_early(rt, fetcher, go, config, check, validators, hops, specs if any(specs) else None,
-                                report, runs=go_runs, pace=pace) if go else []
+                                report, runs=runs.go, pace=pace) if go else []
     fetched = dict(zip(go_keys, got, strict=True))
     rest = [i for i in range(len(todo)) if i not in settled.positions]
     results = [fetched.get(todo[i].url) or blocked_result(urls[i], blocked[urls[i]]) for i in rest]
@@ -236,30 +203,6 @@ def fetch_stage(ctx: Context, job: Job, token: str, raw_entries: Sequence[str]) 
         _admit_sitemaps(ctx, job, found)
         jobs.count(ctx.redis, job.id, dropped_sitemap_cap=over_cap)
     return pages
-
-
-def _runs(todo: Sequence[Entry], paces: Sequence[RunPace | None]) -> list[tuple[list[int], RunPace]]:
-    """(positions in ``todo``, pace) of the hosts' runs: a run's URLs before its last (``paces``:
-    what ``Frontier.confirm`` said of each, None for a URL of no run) and the URL of the same host
-    after them, its last. A run whose last URL this task no longer holds is still fetched one URL
-    after another."""
-    out: list[tuple[list[int], RunPace]] = []
-    run: list[int] = []
-    for i, e in enumerate([*todo, None]):
-        if e is not None and run and paces[run[-1]] is not None and host_key(todo[run[-1]].url) == host_key(e.url):
-            run.append(i)
-            continue
-        first = paces[run[0]] if run else None  # a run's first URL is never its last
-        if len(run) > 1 and first is not None:
-            out.append((run, first))
-        run = [i]
-    return out
-
-
-def _crawl_delay(policies: dict[str, RobotsPolicy], url: str, s: Settings) -> float:
-    policy = policies.get(origin_of(url))
-    delay = policy.crawl_delay(s.robots_user_agent) if policy is not None and s.obey_robots else None
-    return min(delay or 0.0, s.max_delay)
 
 
 @dataclasses.dataclass

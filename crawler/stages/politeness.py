@@ -142,12 +142,9 @@ class Politeness:
             overrides, current = self._frontier.host_politeness(job.id, names)
         else:
             overrides, current = self._frontier.host_overrides(job.id, names), []
-        floors: dict[str, float] = {}
-        for host, override in zip(names, overrides, strict=True):
-            policy = policies.get(origin_of(hosts[host][0].url))
-            crawl_delay = policy.crawl_delay(s.robots_user_agent) if policy is not None and s.obey_robots else None
-            base = override.delay if override is not None and override.delay is not None else s.delay
-            floors[host] = max(base, min(crawl_delay or 0.0, s.max_delay))
+        floors = {host: delay_floor(s, override.delay if override is not None else None,
+                                    policies.get(origin_of(hosts[host][0].url)))
+                  for host, override in zip(names, overrides, strict=True)}
         if not s.autothrottle:
             owned = {h for h, o in zip(names, overrides, strict=True) if o is not None and o.delay is not None}
             return {h: f for h, f in floors.items() if f > s.delay or h in owned}
@@ -229,6 +226,13 @@ def conditional_headers(row: dict[str, Any]) -> list[tuple[str, str]]:
     if row.get("last_modified"):
         out.append(("If-Modified-Since", row["last_modified"]))
     return out
+
+
+def delay_floor(s: Settings, override: float | None, policy: RobotsPolicy | None) -> float:
+    """The least delay a host may have: an operator's for it (``override``), else the job's, and
+    never less than its robots.txt's Crawl-delay (up to ``max_delay``)."""
+    crawl_delay = policy.crawl_delay(s.robots_user_agent) if policy is not None and s.obey_robots else None
+    return max(s.delay if override is None else override, min(crawl_delay or 0.0, s.max_delay))
 
 
 def blocked_result(url: str, reason: str) -> FetchResult:

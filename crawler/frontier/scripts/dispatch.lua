@@ -124,6 +124,7 @@ if redis.call('HGET', KMETA, 'status') == 'running' then
         local rd = run_delay(host)
         if rd > 0 then pop = math.min(pop, 1 + math.floor(run_wait / rd)) end
       end
+      local is_run = pop > take
       local got = 0
       if pop > 0 then
         local popped
@@ -133,25 +134,24 @@ if redis.call('HGET', KMETA, 'status') == 'running' then
         else
           popped = redis.call('LPOP', qkey, pop) or {}
         end
-        local run_batch = math.floor(leased / math.max(batch, 1))
+        -- A run's URLs are one request of the batch, leased together under its number.
         for j, e in ipairs(popped) do
-          local b = run_batch
-          if pop == take then b = math.floor(leased / math.max(batch, 1)); leased = leased + 1 end
+          local b = math.floor(leased / math.max(batch, 1))
+          if not is_run or j == #popped then leased = leased + 1 end
           local t = token
           if batch > 0 then t = token .. '.' .. b end
           local st = 'f'
-          if pop > take and j < #popped then st = 'r' end
+          if is_run and j < #popped then st = 'r' end
           leases[#leases + 1] = {e, host, t, ipk, st, b}
           urls[#urls + 1] = entry_url(e)
           got = got + 1
         end
-        if pop > take and got > 0 then leased = leased + 1 end
       end
       slots = slots - got
       total = total + got
       -- Slots: one per request, one for a whole run.
       local held = got
-      if pop > take then held = math.min(got, 1) end
+      if is_run then held = math.min(got, 1) end
       hinf = hinf + held
       if held > 0 then
         add(infw, host, hinf)
