@@ -237,7 +237,9 @@ def _starts(web: TestWeb, site: int, after: float) -> list[float]:
 
 def test_steer_a_real_crawl_through_the_api(client: TestClient, make_web: Callable[..., TestWeb], workers: Workers,
                                             r: redis.Redis, tmp_path: Path) -> None:
-    web = make_web(2, 600)
+    # Big enough to be still running when the delay goes up: at delay 0 a host's runs fetch a
+    # few hundred pages in the 5 s the workers may take to read the new one.
+    web = make_web(2, 2000)
     workers.start("w0", ALL)
     job = _submit(client, tmp_path, web.seeds(), shards=2, delay="0.05")
 
