@@ -190,7 +190,7 @@ def breakdown(url: str, stop: threading.Event, into: Counter[str]) -> None:
 
 
 def run_once(spec: WebSpec, workers: int, work: Path, profile: bool = False,
-             monitor: Counter[str] | None = None) -> dict[str, Any]:
+             monitor: Counter[str] | None = None, shards: int = 1) -> dict[str, Any]:
     """One crawl's cost; ``profile``: with memory read mid-crawl and at the end (whose own
     commands make that run's counts no measurement)."""
     expect = len(reachable(spec))
@@ -214,7 +214,7 @@ def run_once(spec: WebSpec, workers: int, work: Path, profile: bool = False,
             if elapsed > LIMIT:
                 raise KeyboardInterrupt
 
-        outcome = crawl(our_settings(server.url, spec, workers), spec.seeds(), str(work), progress)
+        outcome = crawl(our_settings(server.url, spec, workers, shards=shards), spec.seeds(), str(work), progress)
         calls1, cpu1, usec1 = after[0] if after else snapshot(server.url)
         stop.set()
     # The snapshots' own INFO calls are not the crawl's.
@@ -256,6 +256,8 @@ def main() -> None:
     ap.add_argument("--pages", type=int, default=800)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--shards", type=int, default=1,
+                    help="the job's shards (with CRAWLER_FRONTIER_SPLIT=1: the parts its frontier is split into)")
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--server", default="auto", choices=("auto", "nginx", "asyncio"))
     ap.add_argument("--no-memory", action="store_true", help="skip the extra run that reads memory per structure")
@@ -277,20 +279,20 @@ def main() -> None:
         try:
             for i in range(args.runs):
                 with tempfile.TemporaryDirectory(prefix="bench-redis-cost-") as work:
-                    r = run_once(spec, args.workers, Path(work))
+                    r = run_once(spec, args.workers, Path(work), shards=args.shards)
                 runs.append(r)
                 print(f"  run {i + 1}: {r['pages']} pages, {r['commands_per_page']:.1f} commands/page, "
                       f"{r['redis_cpu_ms_per_page']:.3f} Redis CPU ms/page", flush=True)
             profile: dict[str, Any] = {}
             if not args.no_memory:
                 with tempfile.TemporaryDirectory(prefix="bench-redis-cost-") as work:
-                    profile = run_once(spec, args.workers, Path(work), profile=True)["memory"]
+                    profile = run_once(spec, args.workers, Path(work), profile=True, shards=args.shards)["memory"]
                 profile["index"] = index_profile()
             where: Counter[str] = Counter()
             monitored = 0
             if args.monitor:
                 with tempfile.TemporaryDirectory(prefix="bench-redis-cost-") as work:
-                    monitored = run_once(spec, args.workers, Path(work), monitor=where)["pages"]
+                    monitored = run_once(spec, args.workers, Path(work), monitor=where, shards=args.shards)["pages"]
         finally:
             server.stop()
             server.close()

@@ -401,7 +401,8 @@ def run_crawl(args: argparse.Namespace, spec: ScaleSpec,
     """The crawl, sampled, on a private Redis (or, ``--cluster``, a private cluster and broker),
     stopped at the deadline: its outcome, wall time, sampler, settings and where the cluster put it."""
     extra = {} if args.queue_cap is None else {"host_queue_cap": args.queue_cap}
-    common: dict[str, Any] = dict(workers=args.workers, shards=1, per_host=args.per_host,
+    common: dict[str, Any] = dict(workers=args.workers, shards=args.shards, frontier_split=args.frontier_split,
+                                  per_host=args.per_host,
                                   autothrottle=args.autothrottle, allow_networks=[f"{ip}/32" for ip in spec.ips],
                                   allow_domains=list(spec.ips), task_events=False, **extra)
     deadline = time.monotonic() + args.max_minutes * 60
@@ -466,6 +467,9 @@ def main() -> None:
     ap.add_argument("--per-host", type=int, default=12)
     ap.add_argument("--queue-cap", type=int, default=None, help="host_queue_cap (default: the crawler's)")
     ap.add_argument("--autothrottle", action="store_true", help="adaptive per-host delays, as the crawler's default")
+    ap.add_argument("--shards", type=int, default=1)
+    ap.add_argument("--frontier-split", action="store_true",
+                    help="the job's frontier in a part per shard (frontier_split), spread over a cluster's masters")
     ap.add_argument("--max-minutes", type=float, default=60.0)
     ap.add_argument("--cluster", action="store_true",
                     help="the state on a private Redis Cluster (3 masters, a replica each), the queues apart")

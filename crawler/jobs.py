@@ -18,6 +18,7 @@ from crawler.config.settings import Settings
 from crawler.dedup import admit_links
 from crawler.errors import BadURL, ConfigError, JobNotFound, shown
 from crawler.frontier import Entry, Frontier, liveshards
+from crawler.frontier.core import place_parts
 from crawler.frontier.rebalance import Moved, migrate
 from crawler.render.decide import decisions as render_decisions
 from crawler.render.decide import evidence as render_evidence
@@ -76,6 +77,10 @@ def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | Non
                                       "settings": json.dumps(job_settings), "seeds": json.dumps(canon),
                                       keys.LAYOUT_FIELD: keys.LAYOUT}
     pipe = all_or_nothing(redis)
+    # A split frontier's parts (``keys.frontier_part``) each keep a copy of the job's status,
+    # written before the job's record that names them: starting, so none is found idle (and the
+    # job done) before the seeds are admitted.
+    parts = split_parts(redis, pipe, job_id, settings, meta, STARTING)
     if settings.periodic:
         meta.update(cycle=1, cycle_started_at=now, cycle_due_at=now,
                     next_cycle_at=next_cycle(settings.every, settings.cron, now, now))
@@ -84,14 +89,17 @@ def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | Non
     pipe.hset(keys.meta(job_id), mapping=meta)
     if starts:
         # Held open until the spider's start requests are all read: the job is not done before.
-        spider_starts.hold(pipe, job_id)
+        spider_starts.hold(pipe, job_id, parts)
     pipe.sadd(keys.JOBS, job_id)
     pipe.zadd(keys.ALL_JOBS, {job_id: now})
     spider = f", spider {settings.spider} version {settings.spider_version}" if settings.spider else ""
     joblog.log_event(pipe, job_id, "submitted", f"{len(canon)} seeds, {settings.shards} shards{spider}", by=by)
     pipe.execute()
+    frontier = Frontier(redis)
     if canon:
-        admit_links(redis, Frontier(redis), job_id, settings, [Entry(u) for u in dict.fromkeys(canon)])
+        admit_links(redis, frontier, job_id, settings, [Entry(u) for u in dict.fromkeys(canon)])
+    if parts:
+        frontier.start_parts(job_id, settings.shards)
     if is_cluster_client(redis):
         # A write waited on until a replica has it: the replica, which takes the master's writes
         # in order, then has the job's record and seeds too, so a failover right after the
@@ -146,9 +154,11 @@ def status(redis: Redis, job_id: str) -> dict[str, Any]:
         raise JobNotFound(f"no such job: {job_id}")
     out: dict[str, Any] = {k.decode(): v.decode() for k, v in meta.items()}
     out.pop(keys.LAYOUT_FIELD, None)  # how its keys are laid out: nothing an operator acts on
+    if out.pop(keys.PARTS_FIELD, None):
+        cnt = Frontier(redis).counters(job_id)  # the job's own and its frontier's parts', summed
     if "settings" in out:  # a job submitted before passwords were stripped may still hold one
         out["settings"] = redact_settings_json(out["settings"])
-    out["counters"] = {k.decode(): int(v) for k, v in sorted(cnt.items())}
+    out["counters"] = {text(k): int(v) for k, v in sorted(cnt.items())}
     c = out["counters"]
     # Where the job's waiting URLs are: host queues in Redis hold at most host_queue_cap each,
     # the rest wait in the store's frontier table (crawler.frontier.spill).
@@ -205,6 +215,9 @@ def stop(redis: Redis, job_id: str, error: str = "", by: str = "") -> None:
     cycle = redis.hget(keys.meta(job_id), "cycle")
     pipe = all_or_nothing(redis)
     pipe.hset(keys.meta(job_id), mapping={"status": STOPPED, "finished_at": now, **({"error": error} if error else {})})
+    for space in Frontier(redis).spaces(job_id):
+        if space != job_id:  # a split frontier's parts stop dispatching and admitting too
+            pipe.hset(keys.meta(space), mapping={"status": STOPPED, "finished_at": now})
     pipe.srem(keys.JOBS, job_id)
     pipe.srem(keys.PERIODIC, job_id)
     unlink_all(pipe, keys.session_all(job_id))
@@ -239,6 +252,8 @@ def set_shards(redis: Redis, job_id: str, shards: int) -> Moved:
     """Give a running job ``shards`` shards and move what must move (``crawler.frontier.rebalance``)."""
     if not 1 <= shards <= MAX_SHARDS:
         raise ConfigError(f"shard count must be 1..{MAX_SHARDS}, got {shards}")
+    if Frontier(redis).split(job_id):
+        raise ConfigError(f"job {job_id} has its frontier split by shard (frontier_split): its shard count is fixed")
     raw = redis.hget(keys.meta(job_id), "settings")
     if raw is None:
         raise JobNotFound(f"no such job: {job_id}")
@@ -364,11 +379,31 @@ def raw_status(redis: Redis, job_id: str) -> str | None:
     return None if raw is None else text(raw)
 
 
-def write_meta(redis: Redis, job_id: str, meta: Mapping[FieldT, EncodableT],
-               cycle: tuple[int, Mapping[FieldT, EncodableT]] | None = None) -> None:
-    """Set a job's record (a rebuild by ``crawler recover``), and one cycle's record with it."""
+def split_parts(redis: Redis, pipe: Any, job_id: str, settings: Settings, meta: dict[FieldT, EncodableT],
+                status: str = "") -> list[str]:
+    """For a job whose settings split its frontier (``frontier_split``, more than one shard):
+    its parts' status copies written on ``pipe`` (``status``, default the job's in ``meta``),
+    before the job's record, which ``meta`` becomes with their names in it. Returns the parts' ids."""
+    if not (settings.frontier_split and settings.shards > 1):
+        return []
+    names = place_parts(redis, job_id, settings.shards)
+    parts = [keys.frontier_part(job_id, name) for name in names]
+    for part in parts:
+        pipe.hset(keys.meta(part), mapping={"status": status or meta["status"], keys.PART_FIELD: job_id})
+    meta[keys.PARTS_FIELD] = ",".join(names)
+    return parts
+
+
+def write_meta(redis: Redis, job_id: str, meta: dict[FieldT, EncodableT],
+               cycle: tuple[int, Mapping[FieldT, EncodableT]] | None = None, settings: Settings | None = None) -> None:
+    """Set a job's record (a rebuild by ``crawler recover``), and one cycle's record with it;
+    ``settings``: the job's, which may split its frontier (``split_parts``)."""
     if cycle is not None:
         redis.hset(keys.cycle(job_id, cycle[0]), mapping=cycle[1])
+    if settings is not None:
+        pipe = redis.pipeline(transaction=False)
+        split_parts(redis, pipe, job_id, settings, meta)
+        pipe.execute()
     # Rebuilt from nothing: its filter and index are new, in today's layout.
     redis.hset(keys.meta(job_id), mapping={**meta, keys.LAYOUT_FIELD: keys.LAYOUT})
 

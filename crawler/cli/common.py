@@ -64,6 +64,9 @@ def job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-host", metavar="N", help="requests in flight per host (default 1)")
     p.add_argument("--concurrency", metavar="N", help="requests in flight in total")
     p.add_argument("--shards", metavar="N", help="number of shards")
+    p.add_argument("--frontier-split", action="store_true", default=None,
+                   help="split the job's frontier into one part per shard, each under a Redis hash tag of its own, "
+                        "so a Redis Cluster spreads one job over its masters (one-off jobs; the shard count is fixed)")
     p.add_argument("--host-queue-cap", metavar="N",
                    help="URLs one host's queue holds in Redis at most; the rest wait in the store (0: no cap)")
     p.add_argument("--allow-domain", action="append", dest="allow_domains", metavar="DOMAIN",
@@ -111,7 +114,7 @@ def job_settings(args: argparse.Namespace, **extra: Any) -> Settings:
     names = ("max_pages", "max_depth", "delay", "per_host", "concurrency", "shards", "allow_domains",
              "user_agent", "redis_url", "allow_networks", "resolve", "sitemaps", "obey_robots", "extract",
              "allow_urls", "deny_urls", "follow_nofollow", "spider", "spider_args", "auth", "session_headers",
-             "cookies", "noise_links", "host_queue_cap", "render")
+             "cookies", "noise_links", "host_queue_cap", "render", "frontier_split")
     given = {**{n: getattr(args, n, None) for n in names}, **extra}
     for name in _TEXT_FLAGS:
         if isinstance(given.get(name), str):

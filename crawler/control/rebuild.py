@@ -138,6 +138,8 @@ def recover(redis: Redis, store: PageStore, job_id: str, now: float | None = Non
     if status is not None:
         raise RecoverError(f"job {job_id} is in Redis already (status {status}): "
                            "recover rebuilds only a job that Redis lost")
+    # A job recorded before frontier_split keeps its frontier under its own tag (``jobconf.load``).
+    definition.settings.setdefault("frontier_split", False)
     s = Settings.from_env(**definition.settings)
     job = Job(job_id, s, frozenset(definition.settings.get("allow_domains") or ()))
     rows = _rows(store, job_id)
@@ -221,7 +223,7 @@ def _write_meta(redis: Redis, job: Job, definition: JobDefinition, cycle: int, c
         meta.update(cycle=cycle, cycle_started_at=due, cycle_due_at=due,
                     next_cycle_at=next_cycle(s.every, s.cron, due, now))
         record = (cycle, {"started_at": due, "recovered_at": now})
-    jobs.write_meta(redis, job.id, meta, record)
+    jobs.write_meta(redis, job.id, meta, record, settings=s)
 
 
 def _restart_counters(redis: Redis, job: Job, rows: list[_Row], current: list[_Row]) -> None:
@@ -230,8 +232,10 @@ def _restart_counters(redis: Redis, job: Job, rows: list[_Row], current: list[_R
         if r.error:
             errors[f"error:{r.error}"] = errors.get(f"error:{r.error}", 0) + 1
     # HINCRBY, not HSET: admissions by workers may already be counting on top.
+    # A split frontier's parts are allotted the job's page budget from ``allotted``.
+    split = {"allotted": len(current)} if Frontier(redis).split(job.id) else {}
     jobs.count(redis, job.id, stored=len(rows), fetched=len(rows), failed=sum(errors.values()),
-               admitted=len(current), recovered=1, **errors)
+               admitted=len(current), recovered=1, **split, **errors)
     if job.settings.max_pages_per_host:
         per_host: dict[str, int] = {}
         for r in current:

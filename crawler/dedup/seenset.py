@@ -164,14 +164,25 @@ class ExactSeen:
     def claim_targets(self, claims: Sequence[Claim]) -> list[bool]:
         if not claims:
             return []
-        args: list[str | int] = [self.settings.max_depth]
-        args += [x for c in claims for x in (c.target, _claim_field(c), c.depth)]
-        got = self._claim(keys=[keys.seen(self.job_id), keys.redirect_claims(self.job_id)], args=args)
-        return [text(g) == "1" for g in got]
+        out = [False] * len(claims)
+        # A split frontier keeps a target's claims beside its seen record, in its host's part.
+        for space, at in self._by_space(claims).items():
+            args: list[str | int] = [self.settings.max_depth]
+            args += [x for c in (claims[i] for i in at) for x in (c.target, _claim_field(c), c.depth)]
+            got = self._claim(keys=[keys.seen(space), keys.redirect_claims(space)], args=args)
+            for i, g in zip(at, got, strict=True):
+                out[i] = text(g) == "1"
+        return out
 
     def forget_claims(self, claims: Sequence[Claim]) -> None:
-        if claims:
-            self.redis.hdel(keys.redirect_claims(self.job_id), *(_claim_field(c) for c in claims))
+        for space, at in self._by_space(claims).items():
+            self.redis.hdel(keys.redirect_claims(space), *(_claim_field(claims[i]) for i in at))
+
+    def _by_space(self, claims: Sequence[Claim]) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for i, c in enumerate(claims):
+            out.setdefault(self.frontier.space_of_host(self.job_id, host_key(c.target)), []).append(i)
+        return out
 
 
 class BloomSeenSet:
@@ -232,13 +243,12 @@ class BloomSeenSet:
     def _budget_spent(self, urls: Sequence[str]) -> set[str]:
         """Those of ``urls`` the job's page budgets would drop now."""
         s = self.settings
-        if s.max_pages and int(self.redis.hget(keys.counters(self.job_id), "admitted") or 0) >= s.max_pages:
+        if s.max_pages and self.frontier.counters(self.job_id, ("admitted",))["admitted"] >= s.max_pages:
             return set(urls)
         if not s.max_pages_per_host:
             return set()
-        hosts = [host_key(u) for u in urls]
-        counts = self.redis.hmget(keys.host_admitted(self.job_id), hosts)
-        return {u for u, n in zip(urls, counts, strict=True) if int(n or 0) >= s.max_pages_per_host}
+        counts = self.frontier.host_admitted(self.job_id, [host_key(u) for u in urls])
+        return {u for u, n in zip(urls, counts, strict=True) if n >= s.max_pages_per_host}
 
     def forget_claims(self, claims: Sequence[Claim]) -> None:
         self.bloom.forget_claims([c.target for c in claims], [c.page for c in claims], keys.REDIRECTS)

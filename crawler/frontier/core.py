@@ -11,18 +11,19 @@ import itertools
 import json
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
-from redis import Redis
+from redis import Redis, RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 from redis.typing import EncodableT, FieldT
 
 from crawler.frontier import liveshards, lua
 from crawler.frontier.entry import Entry
-from crawler.frontier.sharding import shard_of_url
+from crawler.frontier.sharding import shard_of_host, shard_of_url
+from crawler.lru import LRU
 from crawler.state import keys
 from crawler.state.conn import is_cluster_client, mget, queue_script, replicated_write, text, unlink_all
 from crawler.urls import host_key
@@ -30,6 +31,10 @@ from crawler.urls import host_key
 Lease = tuple[str, str]  # (url, token)
 FINAL = ("done", "stopped")  # statuses a job never leaves (``crawler.jobs.FINISHED``)
 ACTIVE = ("running", "paused", "starting")  # statuses of a job the active set lists
+PARTS_MAX_AGE = 5.0  # seconds a process trusts what it read of a job's frontier parts
+# Seconds a split job's parts may stay starting while the job runs (its seeds being admitted)
+# before a dispatcher starts them: the submitter died between the two.
+STARTING_GRACE = 60.0
 # Share of ``lease_timeout`` a lease may have used before a renewal is worth its commands.
 FRESH = 0.25
 
@@ -214,8 +219,67 @@ def _glob_escape(name: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in name)
 
 
+def _lease_host(lease: Lease) -> str:
+    return host_key(lease[0])
+
+
+def _same(x: str) -> str:
+    return x
+
+
 def _flat(leases: Iterable[Lease]) -> list[str]:
     return [part for lease in leases for part in lease]
+
+
+T = TypeVar("T")
+
+# The job's own tag: a split job is ended there once every part is idle (``Frontier.end_if_done``).
+_END_SPLIT = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
+redis.call('HSET', KEYS[1], 'status', ARGV[1], 'finished_at', ARGV[2])
+return 1
+"""
+# The job's own tag: up to ARGV[1] more of the job's max_pages (ARGV[2]) for one part of a split
+# frontier to admit (a negative ARGV[1] gives back what a part did not use). Returns the grant.
+_ALLOT = """
+local want, budget = tonumber(ARGV[1]), tonumber(ARGV[2])
+if want < 0 then
+  redis.call('HINCRBY', KEYS[1], 'allotted', want)
+  return 0
+end
+local have = tonumber(redis.call('HGET', KEYS[1], 'allotted') or '0')
+local g = math.max(0, math.min(want, budget - have))
+if g > 0 then redis.call('HINCRBY', KEYS[1], 'allotted', g) end
+return g
+"""
+# Counters a split job's end is judged by, per part: work open, and what only ever grows while
+# work arrives (admissions, requeues for a shorter path, link batches registered).
+_END_FIELDS = ["open", "admitted", "depth_requeued", "link_batches"]
+
+
+def place_parts(client: Redis, job: str, shards: int) -> list[str]:
+    """Names for the parts of a job's split frontier (``keys.frontier_part``): ``s<shard>`` each;
+    on a Redis Cluster, ``s<shard>.<n>`` with the first n that puts the parts on the masters in
+    turn, from the one after the master of the job's own tag, so a job's shards spread over the
+    masters by design rather than by where their names happen to hash. Chosen at submission (the
+    masters then), kept in the job's record for its life."""
+    if not is_cluster_client(client):
+        return [f"s{p}" for p in range(shards)]
+    cluster = cast(RedisCluster, client)
+
+    def master(job_or_part: str) -> str:
+        return str(cluster.get_node_from_key(keys.meta(job_or_part)).name)  # type: ignore[no-untyped-call]
+
+    masters = sorted(str(node.name) for node in cluster.get_primaries())  # type: ignore[no-untyped-call]
+    start = masters.index(master(job)) + 1 if master(job) in masters else 0
+    names = []
+    for p in range(shards):
+        want = masters[(start + p) % len(masters)]
+        # A name's slot is a hash of it: about one in (masters) lands on each master.
+        name = next((n for n in (f"s{p}", *(f"s{p}.{i}" for i in range(1, 1000)))
+                     if master(keys.frontier_part(job, n)) == want), f"s{p}")
+        names.append(name)
+    return names
 
 
 class Frontier:
@@ -238,31 +302,133 @@ class Frontier:
         self._run_cycle = redis.register_script(lua.RUN_CYCLE)
         self._refill = redis.register_script(lua.REFILL)
         self._spill_low = redis.register_script(lua.SPILL_LOW)
+        self._end_split = redis.register_script(_END_SPLIT)
+        self._allot = redis.register_script(_ALLOT)
         self.cluster = is_cluster_client(redis)
         self._starts = (self._resume, self._run_cycle)  # the scripts that may set a job running
+        # job -> (when read, the ids of its frontier's parts; () for one under its own tag). Fixed
+        # for the job's life but for a rebuild (``crawler recover``) onto other masters, which
+        # may name them anew: read again after PARTS_MAX_AGE.
+        self._parts: LRU[str, tuple[float, tuple[str, ...]]] = LRU(10_000)
+        # (job, link batch) -> the parts ``pending`` found it registered in, for its admission
+        self._pending_at: LRU[tuple[str, str], tuple[int, ...]] = LRU(1_000)
 
-    def _call(self, script: Script, job: str, *args: str | int | float) -> Any:
-        """Run a frontier script for ``job``: KEYS ``lua.job_keys``, ARGV the key prefix, the job
-        and ``args`` (see ``lua``)."""
-        if self.cluster and script in self._starts:
+    # -- a frontier split over one part per shard (``keys.frontier_part``) ---------------------
+
+    def _part_ids(self, job: str) -> tuple[str, ...]:
+        hit = self._parts.get(job)
+        now = time.monotonic()
+        if hit is not None and now - hit[0] < PARTS_MAX_AGE:
+            return hit[1]
+        # A job's record names its parts before anything is admitted or listed for dispatch.
+        raw = self.redis.hget(keys.meta(job), keys.PARTS_FIELD)
+        parts = tuple(keys.frontier_part(job, n) for n in keys.part_names(text(raw))) if raw else ()
+        self._parts.put(job, (now, parts))
+        return parts
+
+    def split(self, job: str) -> int:
+        """How many parts the job's frontier is split into; 0 for one under the job's own tag."""
+        return len(self._part_ids(job))
+
+    def spaces(self, job: str) -> list[str]:
+        """The ids whose keys hold the job's frontier: each part's, or the job's own."""
+        return list(self._part_ids(job)) or [job]
+
+    def space_of_shard(self, job: str, shard: int) -> str:
+        parts = self._part_ids(job)
+        return parts[shard] if parts else job
+
+    def space_of_host(self, job: str, host: str) -> str:
+        """Where the host's records are: its own shard's part (never a backup's: the part is
+        fixed for the job's life), or the job's own tag."""
+        parts = self._part_ids(job)
+        return parts[shard_of_host(host, len(parts))] if parts else job
+
+    def _by_space(self, job: str, items: Sequence[T], host: Callable[[T], str]) -> dict[str, list[int]]:
+        """Positions of ``items`` by the part their host (``host(item)``) is in, in order."""
+        out: dict[str, list[int]] = {}
+        for i, item in enumerate(items):
+            out.setdefault(self.space_of_host(job, host(item)), []).append(i)
+        return out
+
+    def end_if_done(self, job: str, now: float | None = None) -> bool:
+        """A split job ends once no part has work open or a link batch pending. Each part says so
+        on its own, so every part is read twice, one read after the other: the same figures
+        both times (those that grow while work arrives included) mean no part changed in
+        between, so at that moment nothing was open anywhere, and nothing can open again."""
+        spaces = self.spaces(job)
+
+        def collect() -> list[Any]:
+            pipe = self.redis.pipeline(transaction=False)
+            for space in spaces:
+                pipe.hmget(keys.counters(space), _END_FIELDS)
+                pipe.zcard(keys.pending_links(space))
+                pipe.hget(keys.meta(space), "status")
+            pipe.hget(keys.meta(job), "status")
+            return list(pipe.execute())
+
+        first = collect()
+        statuses = [text(st or b"") for st in first[2:-1:3]]
+        if text(first[-1] or b"") == "running" and "starting" in statuses:
+            # Its seeds on their way: not idle. Started here if its submitter died before it.
+            created = float(self.redis.hget(keys.meta(job), "created_at") or 0)
+            if (time.time() if now is None else now) - created > STARTING_GRACE:
+                self.start_parts(job, len(spaces))
+            return False
+        if text(first[-1] or b"") != "running" or any(int(r[0] or 0) > 0 for r in first[0:-1:3]) \
+                or any(first[1:-1:3]) or any(st != "running" for st in statuses):
+            return False
+        if collect() != first:
+            return False
+        now = time.time() if now is None else now
+        if not int(self._end_split(keys=[keys.meta(job)], args=["done", now])):
+            return False
+        for space in spaces:
+            self._end_split(keys=[keys.meta(space)], args=["done", now])
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.srem(keys.JOBS, job)
+        unlink_all(pipe, keys.session_all(job))
+        pipe.hget(keys.meta(job), "status")
+        if text(pipe.execute()[-1] or b"") in ACTIVE:
+            self.redis.sadd(keys.JOBS, job)  # started again meanwhile
+        return True
+
+    def _call(self, script: Script, job: str, *args: str | int | float, space: str = "") -> Any:
+        """Run a frontier script for ``job``: KEYS ``lua.job_keys`` of ``space`` (a part of a
+        split frontier; the job's own tag by default), ARGV the key prefix, the job and ``args``
+        (see ``lua``)."""
+        split = bool(self.split(job))
+        wrapped = self.cluster or split  # KJOBS left out: the script says what to do (``_unwrap``)
+        if wrapped and script in self._starts:
             # Listed before the script may start the job: a caller lost between the two would
             # leave a running job no dispatcher looks at; a listed job that is not running costs
             # a dispatcher a look per tick.
             self.redis.sadd(keys.JOBS, job)
-        got = script(keys=lua.job_keys(job, self.cluster), args=[keys.prefix(job), job, *args])
+        space = space or job
+        got = script(keys=lua.job_keys(space, wrapped), args=[keys.prefix(space), job, *args])
         if script is self._queue_lengths:
             return got  # a read, not wrapped
         result = self._unwrap(job, got)
-        if self.cluster and script in self._starts:
+        if wrapped and script in self._starts:
             self.redis.sadd(keys.JOBS, job)  # again: another's end of the job may have taken it off
         return result
 
     def _unwrap(self, job: str, got: Any) -> Any:
-        """A script's result; on a Redis Cluster, after waking the shards it asked to wake and
-        taking the job off the active set if it ended (``flush_wakes`` in ``scripts/helpers.lua``)."""
-        if not self.cluster:
+        """A script's result; on a Redis Cluster or for a split frontier, after waking the
+        shards it asked to wake and taking the job off the active set if it ended (a part of a
+        split one: if the job's parts are all idle) (``flush_wakes`` in ``scripts/helpers.lua``)."""
+        split = bool(self.split(job))
+        if not (self.cluster or split):
             return got
         result, woken, ended = got
+        if split:
+            if woken:
+                pipe = self.redis.pipeline(transaction=False)
+                wake_shards(pipe, [text(shard) for shard in woken])
+                pipe.execute()
+            if int(ended):
+                self.end_if_done(job)
+            return result
         if woken or int(ended):
             pipe = self.redis.pipeline(transaction=False)
             wake_shards(pipe, [text(shard) for shard in woken])
@@ -294,7 +460,13 @@ class Frontier:
         ``counts``: to add to the job's counters with the script's own, unless the batch was
         admitted before.
         """
-        args: list[str | int | float] = [token, now or time.time(), budget, max_depth, host_budget, int(trusted),
+        now = now or time.time()
+        k = self.split(job)
+        if k:
+            return self._admit_split(job, entries, k, token=token, budget=budget, max_depth=max_depth,
+                                     host_budget=host_budget, trusted=trusted, now=now, part=part, last=last,
+                                     queue_cap=queue_cap, counts=counts)
+        args: list[str | int | float] = [token, now, budget, max_depth, host_budget, int(trusted),
                                          "" if part is None else part, int(last), queue_cap, *_counts_args(counts)]
         # Hosts of a shard that is down queue on its backup (a stale view is swept: rebalance).
         down = liveshards.down(self.redis, shards)
@@ -305,11 +477,83 @@ class Frontier:
         out.spilled = int(got[1]) if got else 0
         return out
 
+    def _admit_split(self, job: str, entries: Sequence[Entry], k: int, *, token: str, budget: int,
+                     max_depth: int, host_budget: int, trusted: bool, now: float, part: int | None,
+                     last: bool, queue_cap: int, counts: Mapping[str, int] | None) -> Admitted:
+        """``admit`` on a split frontier: each part admits its hosts' entries in a call of its
+        own. A link batch is registered in every part (``expect``), so the call that ends it
+        goes to every part; a part admits under ``max_pages`` what the job's tag allots it, and
+        gives back what it did not use (see ``docs/capacity.md``)."""
+        groups: dict[int, list[Entry]] = {}
+        for e in entries:
+            groups.setdefault(shard_of_url(e.url, k), []).append(e)
+        ends = bool(token) and (part is None or last)
+        calls = set(groups)
+        if ends:  # the batch ends in each part it is registered in (``expect``), entries or none
+            known = self._pending_at.pop((job, token))  # as ``pending`` just read it, if it did
+            calls.update(known or self._pending_parts(self.spaces(job), token))
+        out = Admitted()
+        unbudgeted = 0
+        for p in sorted(calls):
+            space = self.space_of_shard(job, p)
+            group = groups.get(p, [])
+
+            def call(token: str, allowance: str | int, group: list[Entry], counts: Mapping[str, int] | None,
+                     p: int = p, space: str = space) -> tuple[list[str], int, list[str]]:
+                args: list[str | int | float] = [token, now, allowance, max_depth, host_budget, int(trusted),
+                                                 "" if part is None else part, int(last), queue_cap,
+                                                 *_counts_args(counts)]
+                for e in group:
+                    args += [e.url, host_key(e.url), p, e.encode()]
+                got = self._call(self._admit, job, *args, space=space)
+                return ([text(u) for u in got[0]] if got else [], int(got[1]) if got else 0,
+                        [text(u) for u in got[2]] if got and len(got) > 2 else [])
+
+            if budget <= 0:
+                new, spilled, _ = call(token, budget, group, counts)
+                unbudgeted += len(new)
+            else:
+                # Under max_pages, nothing is reserved for URLs that turn out duplicates (another
+                # part's admission could find the budget spent meanwhile): the part first says
+                # which are new, then admits those within what the job's tag allots it.
+                new, spilled, wanting = call(token, "w0", group, None)
+                grant = int(self._allot(keys=[keys.counters(job)], args=[len(wanting), budget])) if wanting else 0
+                if wanting or token:  # the second call ends the batch in the part, and counts
+                    by_url = {e.url: e for e in group}
+                    new2, spilled2, _ = call(token, f"a{grant}", [by_url[u] for u in wanting], counts)
+                    if grant > len(new2):
+                        self._allot(keys=[keys.counters(job)], args=[len(new2) - grant, budget])
+                    new, spilled = new + new2, spilled + spilled2
+                elif counts:
+                    self.count(job, **counts)
+            counts = None  # the caller's counts are added once
+            out.extend(new)
+            out.spilled += spilled
+        if unbudgeted:
+            # Counted with no budget too: a max_pages set later allots only what is left.
+            self.redis.hincrby(keys.counters(job), "allotted", unbudgeted)
+        if ends:
+            self.redis.hdel(keys.pending_link_bodies(job), token)
+        return out
+
     def pending(self, job: str, token: str) -> bool:
         """Whether link batch ``token`` is registered and not yet wholly admitted."""
-        return self.redis.zscore(keys.pending_links(job), token) is not None
+        spaces = self.spaces(job)
+        if len(spaces) == 1:
+            return self.redis.zscore(keys.pending_links(spaces[0]), token) is not None
+        at = self._pending_parts(spaces, token)
+        self._pending_at.put((job, token), at)  # for the admission that follows (``_admit_split``)
+        return bool(at)
 
-    def expect(self, job: str, batches: Mapping[str, Any] | Sequence[str], lease_timeout: float = 60.0) -> None:
+    def _pending_parts(self, spaces: Sequence[str], token: str) -> tuple[int, ...]:
+        """The parts (by number) link batch ``token`` is registered in, in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for space in spaces:
+            pipe.zscore(keys.pending_links(space), token)
+        return tuple(p for p, score in enumerate(pipe.execute()) if score is not None)
+
+    def expect(self, job: str, batches: Mapping[str, Any] | Sequence[str], lease_timeout: float = 60.0,
+               shards: Mapping[str, int] | None = None) -> None:
         """Register link batches on their way to dedup, so the job is not done before them.
         With their links (``{token: links}``), a batch whose message is lost (a worker killed
         between taking it off the queue and recording it as unacknowledged) is sent again by
@@ -319,24 +563,45 @@ class Frontier:
         deadline = time.time() + lease_timeout
         # On a cluster, written to the job's master itself and waited on until a replica has it:
         # a batch whose record a failover lost would be taken for one admitted before.
+        # A split frontier registers the batch in every part (each admits its own hosts' links
+        # once) and keeps its links once, under the job's own tag.
+        spaces = self.spaces(job)
+        split = spaces != [job]
+        bodies = {t: json.dumps(v) for t, v in batches.items()} if isinstance(batches, Mapping) else {}
+        if split and bodies:  # first: a part's record is never without them
+            replicated_write(self.redis, keys.pending_link_bodies(job),
+                             lambda pipe: pipe.hset(keys.pending_link_bodies(job), mapping=bodies))
+        # ``shards``: the shard whose hosts' links each batch holds; a split frontier registers
+        # it in that part alone, else (a batch of any hosts) in every part.
+        where: dict[str, list[str]] = {}
+        for t in batches:
+            for space in [spaces[shards[t]]] if split and shards and t in shards else spaces:
+                where.setdefault(space, []).append(t)
+        for space, tokens in where.items():
 
-        def fill(pipe: Any) -> None:
-            pipe.zadd(keys.pending_links(job), dict.fromkeys(batches, deadline))
-            if isinstance(batches, Mapping):
-                pipe.hset(keys.pending_link_bodies(job), mapping={t: json.dumps(links) for t, links in batches.items()})
+            def fill(pipe: Any, space: str = space, tokens: list[str] = tokens) -> None:
+                pipe.zadd(keys.pending_links(space), dict.fromkeys(tokens, deadline))
+                if split:
+                    pipe.hincrby(keys.counters(space), "link_batches", len(tokens))
+                elif bodies:
+                    pipe.hset(keys.pending_link_bodies(job), mapping=bodies)
 
-        replicated_write(self.redis, keys.pending_links(job), fill)
+            replicated_write(self.redis, keys.pending_links(space), fill)
 
     def overdue_links(self, job: str, lease_timeout: float, now: float | None = None,
                       limit: int = 100) -> list[tuple[str, list[Any]]]:
         """Link batches registered and still not admitted after their deadline: (token, links)
         to send to dedup again (admission is once per token, so a late original is harmless)."""
         now = time.time() if now is None else now
-        pend = keys.pending_links(job)
-        tokens = [text(t) for t in self.redis.zrangebyscore(pend, "-inf", now, start=0, num=limit)]
+        tokens: list[str] = []
+        for space in self.spaces(job):
+            pend = keys.pending_links(space)
+            got = [text(t) for t in self.redis.zrangebyscore(pend, "-inf", now, start=0, num=limit)]
+            if got:
+                self.redis.zadd(pend, dict.fromkeys(got, now + lease_timeout), xx=True)
+            tokens += [t for t in got if t not in tokens]
         if not tokens:
             return []
-        self.redis.zadd(pend, dict.fromkeys(tokens, now + lease_timeout), xx=True)
         raw = self.redis.hmget(keys.pending_link_bodies(job), tokens)
         return [(t, json.loads(r)) for t, r in zip(tokens, raw, strict=True) if r is not None]
 
@@ -358,7 +623,7 @@ class Frontier:
         token = token or new_token(now)
         flat, nxt, slots, inflight, leased = self._call(
             self._dispatch, job, shard, now, max_urls, per_host, delay, now + lease_timeout, token, concurrency,
-            per_ip, batch, min_free, offset, int(depths), run, run_wait)
+            per_ip, batch, min_free, offset, int(depths), run, run_wait, space=self.space_of_shard(job, shard))
         items = [(Entry.decode(flat[i]), flat[i + 1].decode()) for i in range(0, len(flat), 3)]
         numbers = tuple(int(flat[i]) for i in range(2, len(flat), 3))
         due = float(nxt) if nxt else None
@@ -374,8 +639,12 @@ class Frontier:
         if not leases:
             return out
         now = time.time()
-        res = self._call(self._confirm, job, _deadline(now, lease_timeout, [t for _, t in leases]),
-                         *_flat(leases))
+        deadline = _deadline(now, lease_timeout, [t for _, t in leases])
+        res: list[Any] = [None] * len(leases)
+        for space, at in self._by_space(job, leases, _lease_host).items():
+            got = self._call(self._confirm, job, deadline, *_flat(leases[i] for i in at), space=space)
+            for i, r in zip(at, got, strict=True):
+                res[i] = r
         for i, r in enumerate(res):
             if isinstance(r, bytes):  # b"r", the host's own delay, a space, its override
                 own, _, override = r[1:].decode().partition(" ")
@@ -400,7 +669,8 @@ class Frontier:
         if since is not None and not extra and now - since < lease_timeout * FRESH:
             return -1
         deadline = now + lease_timeout + extra
-        return int(self._call(self._renew, job, deadline, *_flat(leases)))
+        return sum(int(self._call(self._renew, job, deadline, *_flat(leases[i] for i in at), space=space))
+                   for space, at in self._by_space(job, leases, _lease_host).items())
 
     def fetched(self, job: str, done: Sequence[Fetched], *, lease_timeout: float, delay: float,
                 pipe: Any = None, delays: Mapping[str, float] | None = None,
@@ -412,39 +682,52 @@ class Frontier:
         ``pipe``: the caller's pipeline (not a transaction), which gets the script last and is
         executed here, raising its first error as ``execute`` would. ``counts``: to add to the
         job's counters, with the script's own (a write of them all)."""
-        args: list[str | int | float] = []
         if not done and counts:
             self.count(job, pipe=pipe, **counts)
+        calls: list[tuple[str, list[str | int | float]]] = []  # (space, args) per part
         if done:
             now = time.time()
             own = delays or {}
-            args = [now, _deadline(now, lease_timeout, [f.token for f in done]), delay, *_counts_args(counts),
-                    *(part for f in done for host in (host_key(f.url),)
-                      for part in (f.url, f.token, f.retry_at, f.ip, own.get(host, "") if own else "", host))]
+            deadline = _deadline(now, lease_timeout, [f.token for f in done])
+            for space, at in self._by_space(job, done, lambda f: host_key(f.url)).items():
+                calls.append((space, [now, deadline, delay, *_counts_args(counts),
+                                      *(part for f in (done[i] for i in at) for host in (host_key(f.url),)
+                                        for part in (f.url, f.token, f.retry_at, f.ip,
+                                                     own.get(host, "") if own else "", host))]))
+                counts = None  # added once
         if pipe is None:
-            if done:
-                self._call(self._fetched, job, *args)
+            for space, args in calls:
+                self._call(self._fetched, job, *args, space=space)
             return
-        in_pipe = bool(done) and not self.cluster  # a cluster's pipeline takes no scripts
+        # A cluster's pipeline takes no scripts, nor one on a split frontier (``_unwrap``'s work).
+        in_pipe = bool(calls) and not self.cluster and calls[0][0] == job
         if in_pipe:
-            queue_script(pipe, self._fetched, lua.job_keys(job), [keys.prefix(job), job, *args])
+            queue_script(pipe, self._fetched, lua.job_keys(job), [keys.prefix(job), job, *calls[0][1]])
         results = pipe.execute(raise_on_error=False)
         if in_pipe and isinstance(results[-1], NoScriptError):  # a Redis restarted or failed over
-            results[-1] = self._call(self._fetched, job, *args)
+            results[-1] = self._call(self._fetched, job, *calls[0][1])
         failed = next((r for r in results if isinstance(r, Exception)), None)
         if failed is not None:
             raise failed
-        if done and self.cluster:
-            self._call(self._fetched, job, *args)  # last, as it would have run in the pipeline
+        if not in_pipe:
+            for space, args in calls:
+                self._call(self._fetched, job, *args, space=space)  # last, as they would have run in it
 
     def host_politeness(self, job: str, hosts: Sequence[str]) -> tuple[list[HostOverride | None], list[float | None]]:
         """The operator's overrides and the hosts' own delays, in one round trip."""
         if not hosts:
             return [], []
         pipe = self.redis.pipeline(transaction=False)
-        pipe.hmget(keys.host_overrides(job), list(hosts))
-        pipe.hmget(keys.host_delays(job), list(hosts))
-        overrides, delays = pipe.execute()
+        groups = self._by_space(job, hosts, _same)
+        for space, at in groups.items():
+            pipe.hmget(keys.host_overrides(space), [hosts[i] for i in at])
+            pipe.hmget(keys.host_delays(space), [hosts[i] for i in at])
+        got = pipe.execute()
+        overrides: list[Any] = [None] * len(hosts)
+        delays: list[Any] = [None] * len(hosts)
+        for n, at in enumerate(groups.values()):
+            for i, o, d in zip(at, got[2 * n], got[2 * n + 1], strict=True):
+                overrides[i], delays[i] = o, d
         return ([None if raw is None else HostOverride.decode(text(raw)) for raw in overrides],
                 [None if raw is None else float(raw) for raw in delays])
 
@@ -466,9 +749,15 @@ class Frontier:
             if counts:
                 self.count(job, **counts)
             return 0, []
-        n, done = self._call(self._release, job, time.time(), delay, max_depth, int(tell), *_counts_args(counts),
-                             *_flat(leases))
-        return int(n), done
+        total, stored = 0, []
+        now = time.time()
+        for space, at in self._by_space(job, leases, _lease_host).items():
+            n, done = self._call(self._release, job, now, delay, max_depth, int(tell), *_counts_args(counts),
+                                 *_flat(leases[i] for i in at), space=space)
+            counts = None  # added once
+            total += int(n)
+            stored += done
+        return total, stored
 
     def reap(self, job: str, *, delay: float, max_attempts: int, now: float | None = None,
              limit: int = 1000) -> Reaped:
@@ -476,38 +765,55 @@ class Frontier:
         those out of attempts are re-leased under ``Reaped.token`` for the caller to store as
         failed (``lease_expired``)."""
         token = new_token()
-        back, gone = self._call(self._reap, job, now or time.time(), delay, limit, max_attempts, token)
-        abandoned = [(Entry.decode(gone[i]), int(gone[i + 1])) for i in range(0, len(gone), 2)]
-        return Reaped(int(back), token, abandoned)
+        returned, abandoned = 0, []
+        for space in self.spaces(job):
+            back, gone = self._call(self._reap, job, now or time.time(), delay, limit, max_attempts, token,
+                                    space=space)
+            returned += int(back)
+            abandoned += [(Entry.decode(gone[i]), int(gone[i + 1])) for i in range(0, len(gone), 2)]
+        return Reaped(returned, token, abandoned)
 
-    def readiness(self, job: str, shards: Sequence[int], now: float) -> tuple[dict[int, Readiness], int]:
+    def readiness(self, job: str, shards: Sequence[int], now: float,
+                  count_busy: bool = True) -> tuple[dict[int, Readiness], int]:
         """Per shard, its hosts due now, its hosts not parked and when the earliest of those is
-        due; and the job's requests in flight or held: what the dispatcher weighs before leasing,
-        in one round trip for all its shards."""
+        due; and the job's requests in flight or held (0 unless ``count_busy``): what the
+        dispatcher weighs before leasing, in one round trip for all its shards."""
         pipe = self.redis.pipeline(transaction=False)
         unparked = f"({lua.PARKED:.0f}"
         for shard in shards:
-            pipe.zcount(keys.ready(job, shard), "-inf", now)
-            pipe.zcount(keys.ready(job, shard), "-inf", unparked)
-            pipe.zrangebyscore(keys.ready(job, shard), "-inf", unparked, start=0, num=1, withscores=True)
-        pipe.hmget(keys.counters(job), "inflight", "held")
+            ready = keys.ready(self.space_of_shard(job, shard), shard)
+            pipe.zcount(ready, "-inf", now)
+            pipe.zcount(ready, "-inf", unparked)
+            pipe.zrangebyscore(ready, "-inf", unparked, start=0, num=1, withscores=True)
+        # A split frontier's parts count their own requests: those of the dispatcher's shards.
+        counted = sorted({self.space_of_shard(job, shard) for shard in shards}) if self.split(job) else [job]
+        for space in counted if count_busy else []:
+            pipe.hmget(keys.counters(space), "inflight", "held")
         got = pipe.execute()
-        inflight, held = got[-1]
+        busy = sum(int(n or 0) for pair in got[3 * len(shards):] for n in pair)
         out = {}
         for i, shard in enumerate(shards):
             due, live, first = got[3 * i: 3 * i + 3]
             out[shard] = Readiness(int(due), int(live), float(first[0][1]) if first else None)
-        return out, int(inflight or 0) + int(held or 0)
+        return out, busy
+
+    def part_busy(self, job: str) -> list[int]:
+        """Requests in flight or held in each part of a split frontier, by shard, in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for space in self.spaces(job):
+            pipe.hmget(keys.counters(space), "inflight", "held")
+        return [int(a or 0) + int(b or 0) for a, b in pipe.execute()]
 
     def promote(self, job: str, *, now: float | None = None, limit: int = 1000) -> float | None:
         """Move retries whose backoff is over back to their host queues; return when the next
         one is due, if any."""
-        _moved, nxt = self._call(self._promote, job, now or time.time(), limit)
-        return float(nxt) if nxt else None
+        due = [float(nxt) for space in self.spaces(job)
+               for _moved, nxt in [self._call(self._promote, job, now or time.time(), limit, space=space)] if nxt]
+        return min(due) if due else None
 
     def queued(self, job: str, shard: int) -> int:
         """Hosts waiting in a shard's ready set (for status and tests)."""
-        return int(self.redis.zcard(keys.ready(job, shard)))
+        return int(self.redis.zcard(keys.ready(self.space_of_shard(job, shard), shard)))
 
     # -- the store's share of the queues (``crawler.frontier.spill``) ------------------------
 
@@ -515,29 +821,36 @@ class Frontier:
         """URLs staged for the store, oldest first: (member, host, seq, entry). ``older_than``:
         only those staged before then."""
         hi: float | str = "+inf" if older_than is None else older_than
-        out = []
-        for raw in self.redis.zrangebyscore(keys.spill_staged(job), "-inf", hi, start=0, num=limit):
-            member = text(raw)
-            seq, host, entry = member.split(" ", 2)
-            out.append((member, host, int(seq), entry))
+        out: list[tuple[str, str, int, str]] = []
+        for space in self.spaces(job):
+            for raw in self.redis.zrangebyscore(keys.spill_staged(space), "-inf", hi, start=0, num=limit - len(out)):
+                member = text(raw)
+                seq, host, entry = member.split(" ", 2)
+                out.append((member, host, int(seq), entry))
+            if len(out) >= limit:
+                break
         return out
 
     def unstage(self, job: str, members: Sequence[str]) -> None:
         """The staged URLs are in the store now."""
-        for i in range(0, len(members), 1000):
-            self.redis.zrem(keys.spill_staged(job), *members[i:i + 1000])
+        for space, at in self._by_space(job, members, lambda m: m.split(" ", 2)[1]).items():
+            for i in range(0, len(at), 1000):
+                self.redis.zrem(keys.spill_staged(space), *(members[j] for j in at[i:i + 1000]))
 
     def hosts_to_refill(self, job: str, low: int) -> list[tuple[str, int, int]]:
         """(host, refilled seq, sent seq) of hosts with URLs in the store and at most ``low`` in Redis."""
-        flat = self._call(self._spill_low, job, low)
-        return [(text(flat[i]), int(flat[i + 1]), int(flat[i + 2])) for i in range(0, len(flat), 3)]
+        return [(text(flat[i]), int(flat[i + 1]), int(flat[i + 2])) for space in self.spaces(job)
+                for flat in [self._call(self._spill_low, job, low, space=space)] for i in range(0, len(flat), 3)]
 
     def refill(self, job: str, host: str, shard: int, rows: Sequence[tuple[int, str]],
                now: float | None = None) -> int:
         """Queue the host's next URLs read back from the store, each once and in order (see
         ``lua.REFILL``). Returns the host's refilled sequence number."""
         flat = [x for seq, entry in rows for x in (seq, entry)]
-        return int(self._call(self._refill, job, now or time.time(), host, shard, *flat))
+        space = self.space_of_host(job, host)
+        if space != job:
+            shard = shard_of_host(host, self.split(job))  # a part's hosts are served by its shard
+        return int(self._call(self._refill, job, now or time.time(), host, shard, *flat, space=space))
 
     def start_refill(self, job: str, ttl: float) -> bool:
         """True for the one caller that is to send the job's refill task now (the claim lapses
@@ -549,8 +862,25 @@ class Frontier:
 
     def spill_counts(self, job: str) -> tuple[int, int]:
         """(URLs queued in Redis, URLs waiting in the store or on their way to it)."""
-        queued, spilled, refilled = self.redis.hmget(keys.counters(job), "queued", "spilled", "refilled")
-        return int(queued or 0), int(spilled or 0) - int(refilled or 0)
+        c = self.counters(job, ("queued", "spilled", "refilled"))
+        return c["queued"], c["spilled"] - c["refilled"]
+
+    def counters(self, job: str, names: Sequence[str] = ()) -> dict[str, int]:
+        """The job's counters (only ``names``, if given): those under its own tag, plus each
+        part's of a split frontier."""
+        spaces = self.spaces(job)
+        pipe = self.redis.pipeline(transaction=False)
+        for space in [job, *(spaces if spaces != [job] else [])]:
+            if names:
+                pipe.hmget(keys.counters(space), list(names))
+            else:
+                pipe.hgetall(keys.counters(space))
+        out: dict[str, int] = dict.fromkeys(names, 0)
+        for got in pipe.execute():
+            for k, v in zip(names, got, strict=True) if names else got.items():
+                if v is not None:
+                    out[text(k)] = out.get(text(k), 0) + int(v)
+        return out
 
     # -- what other modules need of the frontier's records --------------------------------
 
@@ -590,21 +920,25 @@ class Frontier:
         own for, requests in flight to, or a queue for, by name. ``scan_queues`` False skips
         the SCAN for queues of hosts none of the others name (there are none while the per-host
         budget is on, which counts every admission): a SCAN walks the whole keyspace."""
+        table = [h for space in self.spaces(job) for h in self._host_stats(job, space, scan_queues)]
+        return sorted(table, key=lambda h: h.host)
+
+    def _host_stats(self, job: str, space: str, scan_queues: bool) -> list[HostStats]:
         pipe = self.redis.pipeline(transaction=False)
-        for key in (keys.host_delays(job), keys.host_inflight(job), keys.host_admitted(job),
-                    keys.host_fetched(job), keys.host_errors(job), keys.host_overrides(job),
-                    keys.spill_seq(job), keys.spill_refilled(job)):
+        for key in (keys.host_delays(space), keys.host_inflight(space), keys.host_admitted(space),
+                    keys.host_fetched(space), keys.host_errors(space), keys.host_overrides(space),
+                    keys.spill_seq(space), keys.spill_refilled(space)):
             pipe.hgetall(key)
         raw = [{text(k): text(v) for k, v in h.items()} for h in pipe.execute()]
         delays, inflight, admitted, fetched, errors, overrides, sent, refilled = raw
         names = set().union(*raw)
         if scan_queues:
-            cut = len(keys.host_queue(job, ""))
-            names.update(text(k)[cut:] for k in self.redis.scan_iter(keys.host_queue_pattern(job), count=1000))
+            cut = len(keys.host_queue(space, ""))
+            names.update(text(k)[cut:] for k in self.redis.scan_iter(keys.host_queue_pattern(space), count=1000))
         ordered = sorted(names)
         lengths: list[int] = []
         for i in range(0, len(ordered), 10_000):  # each call holds Redis for a few ms at most
-            lengths += self._call(self._queue_lengths, job, *ordered[i:i + 10_000])
+            lengths += self._call(self._queue_lengths, job, *ordered[i:i + 10_000], space=space)
         return [HostStats(h, float(delays[h]) if h in delays else None, int(inflight.get(h, 0)), int(q),
                           admitted=int(admitted.get(h, 0)), fetched=int(fetched.get(h, 0)),
                           errors=int(errors.get(h, 0)),
@@ -616,50 +950,52 @@ class Frontier:
         """Add to the hosts' error counts (in the caller's pipeline); ``fetched`` counts the pages
         fetched from each."""
         for host, n in errors.items():
-            pipe.hincrby(keys.host_errors(job), host, n)
+            pipe.hincrby(keys.host_errors(self.space_of_host(job, host)), host, n)
 
     def host_known(self, job: str, host: str) -> bool:
         """Whether the job has admitted a URL of the host, fetched from it or has one in flight."""
         pipe = self.redis.pipeline(transaction=False)
-        for key in (keys.host_admitted(job), keys.host_fetched(job), keys.host_inflight(job)):
+        space = self.space_of_host(job, host)
+        for key in (keys.host_admitted(space), keys.host_fetched(space), keys.host_inflight(space)):
             pipe.hexists(key, host)
-        pipe.exists(keys.host_queue(job, host))
+        pipe.exists(keys.host_queue(space, host))
         return any(pipe.execute())
 
     def hosts_like(self, job: str, host: str, limit: int = 3) -> list[str]:
         """Up to ``limit`` hosts of the job named ``host`` with a port."""
-        found = self.redis.hscan_iter(keys.host_admitted(job), match=f"{_glob_escape(host)}:*", count=1000)
+        found = itertools.chain.from_iterable(
+            self.redis.hscan_iter(keys.host_admitted(space), match=f"{_glob_escape(host)}:*", count=1000)
+            for space in self.spaces(job))
         return sorted(text(h) for h, _ in itertools.islice(found, limit))
 
     def host_overrides(self, job: str, hosts: Sequence[str]) -> list[HostOverride | None]:
         """The operator's overrides of these hosts (None where there is none)."""
-        if not hosts:
-            return []
-        return [None if raw is None else HostOverride.decode(text(raw))
-                for raw in self.redis.hmget(keys.host_overrides(job), list(hosts))]
+        return self.host_politeness(job, hosts)[0]
 
     def set_host_override(self, job: str, host: str, override: HostOverride, shards: int) -> None:
         """Give one host its own delay and/or in-flight limit. The delay becomes the host's
         current delay at once (adaptive politeness then moves it from there, never below it),
         and a host waiting out a longer delay may go when the new one has passed."""
+        space = self.space_of_host(job, host)
         pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(keys.host_overrides(job), host, override.encode())
+        pipe.hset(keys.host_overrides(space), host, override.encode())
         if override.delay is not None:
-            pipe.hset(keys.host_delays(job), host, override.delay)
+            pipe.hset(keys.host_delays(space), host, override.delay)
         pipe.execute()
         if override.delay is not None:
             self.retime(job, {host: override.delay}, shards)
         if override.per_host is not None:
-            self._call(self._unpark, job, time.time(), shards, host)
+            self._call(self._unpark, job, time.time(), shards, host, space=space)
         self.wake(shards)
 
     def clear_host_override(self, job: str, host: str, shards: int) -> bool:
         """The job's settings apply to the host again (its adaptive delay starts over)."""
+        space = self.space_of_host(job, host)
         pipe = self.redis.pipeline(transaction=True)
-        pipe.hdel(keys.host_overrides(job), host)
-        pipe.hdel(keys.host_delays(job), host)
+        pipe.hdel(keys.host_overrides(space), host)
+        pipe.hdel(keys.host_delays(space), host)
         gone, _ = pipe.execute()
-        self._call(self._unpark, job, time.time(), shards, host)
+        self._call(self._unpark, job, time.time(), shards, host, space=space)
         self.wake(shards)
         return bool(gone)
 
@@ -669,25 +1005,29 @@ class Frontier:
         now = time.time() if now is None else now
         moved = 0
         items = list(delays.items())
-        for i in range(0, len(items), 500):
-            flat = [x for host, d in items[i:i + 500] for x in (host, d)]
-            moved += int(self._call(self._retime, job, now, shards, *flat))
+        for space, at in self._by_space(job, items, lambda it: it[0]).items():
+            for i in range(0, len(at), 500):
+                flat = [x for host, d in (items[j] for j in at[i:i + 500]) for x in (host, d)]
+                moved += int(self._call(self._retime, job, now, shards, *flat, space=space))
         return moved
 
     def rebase_delays(self, job: str, old: float, new: float) -> list[str]:
         """The job's delay changed from ``old`` to ``new``: hosts whose adaptive delay sits at the
         old floor (healthy ones) take the new one at once; hosts backing off (above it) and hosts
         with an operator's override keep theirs. Returns the hosts rebased."""
-        overridden = set(text(h) for h in self.redis.hkeys(keys.host_overrides(job)))
-        at_floor = [text(h) for h, d in self.redis.hgetall(keys.host_delays(job)).items()
-                    if text(h) not in overridden and abs(float(d) - old) <= max(1e-3, old * 0.01)]
-        for i in range(0, len(at_floor), 1000):
-            self.redis.hdel(keys.host_delays(job), *at_floor[i:i + 1000])
-        return at_floor
+        rebased = []
+        for space in self.spaces(job):
+            overridden = set(text(h) for h in self.redis.hkeys(keys.host_overrides(space)))
+            at_floor = [text(h) for h, d in self.redis.hgetall(keys.host_delays(space)).items()
+                        if text(h) not in overridden and abs(float(d) - old) <= max(1e-3, old * 0.01)]
+            for i in range(0, len(at_floor), 1000):
+                self.redis.hdel(keys.host_delays(space), *at_floor[i:i + 1000])
+            rebased += at_floor
+        return rebased
 
     def waiting_hosts(self, job: str) -> list[str]:
         """Hosts with a next-allowed time recorded (those a shorter delay could bring forward)."""
-        return [text(h) for h in self.redis.hkeys(keys.host_next(job))]
+        return [text(h) for space in self.spaces(job) for h in self.redis.hkeys(keys.host_next(space))]
 
     def wake(self, shards: int) -> None:
         """Make the shards' dispatchers look again now."""
@@ -697,16 +1037,15 @@ class Frontier:
 
     def host_delays(self, job: str, hosts: Sequence[str]) -> list[float | None]:
         """The hosts' own delays (None: the job's applies)."""
-        if not hosts:
-            return []
-        return [None if raw is None else float(raw) for raw in self.redis.hmget(keys.host_delays(job), list(hosts))]
+        return self.host_politeness(job, hosts)[1]
 
     def set_host_delays(self, job: str, delays: Mapping[str, float], pipe: Any = None) -> None:
         """Give hosts delays of their own (adaptive politeness); dispatch applies them.
         ``pipe``: a pipeline to add the write to, executed by the caller."""
-        if delays:
-            fields: dict[FieldT, EncodableT] = {h: d for h, d in delays.items()}
-            (pipe or self.redis).hset(keys.host_delays(job), mapping=fields)
+        hosts = list(delays)
+        for space, at in self._by_space(job, hosts, _same).items():
+            fields: dict[FieldT, EncodableT] = {hosts[i]: delays[hosts[i]] for i in at}
+            (pipe or self.redis).hset(keys.host_delays(space), mapping=fields)
 
     def hold_bodies(self, job: str, token: str, bodies: Mapping[str, bytes], ttl: float,
                     pipe: Any = None) -> dict[str, str]:
@@ -758,41 +1097,59 @@ class Frontier:
         """True for the one caller that is to read the origin's sitemaps for the job."""
         return bool(self.redis.sadd(keys.sitemaps(job), origin))
 
+    def host_admitted(self, job: str, hosts: Sequence[str]) -> list[int]:
+        """URLs admitted so far for each host (its page budget's count)."""
+        out = [0] * len(hosts)
+        for space, at in self._by_space(job, hosts, _same).items():
+            for i, n in zip(at, self.redis.hmget(keys.host_admitted(space), [hosts[i] for i in at]), strict=True):
+                out[i] = int(n or 0)
+        return out
+
     def add_host_admitted(self, job: str, per_host: Mapping[str, int]) -> None:
         """Count URLs as admitted for their hosts' page budgets (a rebuilt job's stored pages)."""
         pipe = self.redis.pipeline(transaction=False)
         for host, n in per_host.items():
-            pipe.hincrby(keys.host_admitted(job), host, n)
+            pipe.hincrby(keys.host_admitted(self.space_of_host(job, host)), host, n)
         pipe.execute()
 
     def mark_seen(self, job: str, marks: Mapping[str, str]) -> None:
         """Set URLs' marks in the exact seen set: ``x<depth>`` stored, ``s`` skipped this cycle
         (see ``lua``)."""
-        if marks:
-            fields: dict[FieldT, EncodableT] = {u: m for u, m in marks.items()}
-            self.redis.hset(keys.seen(job), mapping=fields)
+        urls = list(marks)
+        for space, at in self._by_space(job, urls, host_key).items():
+            fields: dict[FieldT, EncodableT] = {urls[i]: marks[urls[i]] for i in at}
+            self.redis.hset(keys.seen(space), mapping=fields)
 
     def clear_seen(self, job: str) -> int:
         """Forget which URLs the job has seen in the exact set. Returns keys deleted."""
-        return int(self.redis.delete(keys.seen(job)))
+        return sum(int(self.redis.delete(keys.seen(space))) for space in self.spaces(job))
 
     def reset_admitted(self, job: str) -> None:
         """Restart the count the job's page budget (``max_pages``) is checked against."""
-        self.redis.hset(keys.counters(job), "admitted", 0)
+        for space in self.spaces(job):
+            self.redis.hset(keys.counters(space), "admitted", 0)
 
     def reset_seen(self, job: str) -> None:
         """Forget which URLs the job has seen and how many each host had admitted (a periodic
         job's new cycle)."""
-        self.redis.delete(keys.seen(job), keys.host_admitted(job))
+        for space in self.spaces(job):
+            self.redis.delete(keys.seen(space), keys.host_admitted(space))
 
     def pause(self, job: str) -> str:
         """Running or waiting -> paused. Returns the status the job had ('' if none)."""
-        was = self._call(self._pause, job, time.time())
+        now = time.time()
+        was = self._call(self._pause, job, now)
+        for space in self.spaces(job) if self.split(job) else []:  # the job's own first: it is what is shown
+            self._call(self._pause, job, now, space=space)
         return was.decode() if was else ""
 
     def resume(self, job: str, shards: int) -> str:
         """Paused -> what it was, its ``shards`` woken. Returns the status the job had."""
-        was = self._call(self._resume, job, time.time(), shards)
+        now = time.time()
+        # The parts first, then the job's own: a split job is ended once that runs again.
+        for space in self.spaces(job) if self.split(job) else []:
+            self._call(self._resume, job, now, shards, space=space)
+        was = self._call(self._resume, job, now, shards)
         return was.decode() if was else ""
 
     def claim_cycle(self, job: str, now: float, following: float, stale: float) -> tuple[int, bool] | None:
@@ -805,4 +1162,15 @@ class Frontier:
     def run_cycle(self, job: str, shards: int) -> bool:
         """A starting cycle's work is queued: the job runs, its shards woken (done at once if
         nothing is open). False if the job was not starting."""
+        self.start_parts(job, shards)  # first: a split job is ended once the job's own runs again
         return bool(self._call(self._run_cycle, job, time.time(), shards))
+
+    def start_parts(self, job: str, shards: int) -> None:
+        """A split job's parts go from starting to running (its seeds or rebuilt queues are in)."""
+        now = time.time()
+        spaces = self.spaces(job) if self.split(job) else []
+        for space in spaces:
+            self._call(self._run_cycle, job, now, shards, space=space)
+        if spaces and text(self.redis.hget(keys.meta(job), "status") or b"") == "paused":
+            for space in spaces:  # paused while they started, when a part had nothing to pause
+                self._call(self._pause, job, now, space=space)

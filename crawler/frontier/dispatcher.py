@@ -54,6 +54,19 @@ UNRECORDED_GRACE = 60.0
 REFILL_CLAIM = 30.0  # seconds a sent refill task holds the job's claim at most
 
 
+def share_out(free: int, demand: dict[int, int]) -> dict[int, int]:
+    """``free`` slots shared out in proportion to ``demand`` (largest remainders first, then the
+    lowest key), nothing to those with none."""
+    total = sum(v for v in demand.values() if v > 0)
+    if free <= 0 or total == 0:
+        return {}
+    out = {k: free * v // total for k, v in demand.items() if v > 0}
+    left = free - sum(out.values())
+    for k in sorted(out, key=lambda k: (-(free * demand[k] % total), k))[:left]:
+        out[k] += 1
+    return {k: n for k, n in out.items() if n}
+
+
 def min_free(concurrency: int, fetch_batch: int) -> int:
     """Free slots worth a fetch task while others are in flight: a full batch, or half the
     job's concurrency when that is smaller (so two tasks can overlap)."""
@@ -145,15 +158,19 @@ class Dispatcher:
                 continue
             self._unrecorded.pop(job_id, None)
             s = job.settings
+            split = self.frontier.split(job_id)
             if now - self._last_reap.get(job_id, 0.0) >= REAP_EVERY:
                 self._last_reap[job_id] = now
                 # Placement first: leases rewritten by it expire straight onto the serving shard.
-                moved = rebalance_if_changed(self.redis, job_id, s.shards, now, self.live)
+                # (A split frontier's hosts never move: its parts are fixed for the job's life.)
+                moved = None if split else rebalance_if_changed(self.redis, job_id, s.shards, now, self.live)
                 if moved and (moved.records or moved.messages):
                     log.warning("job %s: shard change settling: %d records, %d messages moved",
                                 job_id, moved.records, moved.messages)
-                if self.frontier.cluster and self.frontier.drop_if_final(job_id):
+                if (self.frontier.cluster or split) and self.frontier.drop_if_final(job_id):
                     continue
+                if split and self.frontier.end_if_done(job_id, now):
+                    continue  # each part says when it is idle; this catches a word lost with its caller
                 self._reap(job_id, s.delay, s.max_attempts, now)
                 self._resend_links(job_id, s.lease_timeout, s.shards, now)
             if now - self._last_refill.get(job_id, 0.0) >= REFILL_EVERY:
@@ -168,11 +185,33 @@ class Dispatcher:
             else:
                 wake_at = min(wake_at, self._promote_at[job_id])
             mine = [shard for shard in self.shards if shard < s.shards]
+            down = self.live.shards(s.shards)
+            if split and down:
+                # A split frontier's hosts stay in their shard's part while it is down: the
+                # shard its tasks go to instead (``standby``) dispatches that part too.
+                mine = [shard for shard in range(s.shards) if standby(shard, s.shards, down) in self.shards]
             if not mine:
                 continue
             want = min_free(s.concurrency, s.fetch_batch)
             run = s.host_run if self._runs else 1  # only hosts allowed one request at a time take runs
-            ready, busy = self.frontier.readiness(job_id, mine, now)
+            # The requests in flight matter only while a batch may be held (``_hold_for_batch``),
+            # and for a split frontier, whose parts each count their own.
+            last = self._last_dispatch.get(job_id)
+            ready, busy = self.frontier.readiness(
+                job_id, mine, now, count_busy=not split and last is not None and now - last < BATCH_WINDOW)
+            rooms: dict[int, int] = {}
+            part_busy: list[int] = []
+            mine_busy = share = 0
+            if split:
+                # This dispatcher's shards' share of the job's concurrency (dispatchers of other
+                # shards have theirs; those of the same shards read the same figures), its free
+                # slots going to its parts with hosts due, by how many: each part's script keeps
+                # its requests within what it was given.
+                part_busy = self.frontier.part_busy(job_id)
+                busy = sum(part_busy)
+                share = -(-s.concurrency * len(mine) // split)
+                mine_busy = sum(part_busy[shard] for shard in mine)
+                rooms = share_out(share - mine_busy, {shard: ready[shard].due for shard in mine})
             hold = self._hold_for_batch(job_id, ready, busy, s.per_host, s.delay, s.autothrottle, want, now, run)
             if hold is not None:
                 wake_at = min(wake_at, hold)
@@ -188,10 +227,21 @@ class Dispatcher:
                     if earliest is not None:
                         wake_at = min(wake_at, earliest)
                     continue
-                d = self.frontier.dispatch(job_id, shard, max_urls=s.concurrency, per_host=s.per_host,
+                concurrency, room, free = s.concurrency, s.concurrency, want
+                if split:
+                    room = rooms.get(shard, 0)
+                    if room <= 0:
+                        wake_at = min(wake_at, now + BUSY_WAIT)  # the job's concurrency is spent
+                        continue
+                    concurrency = part_busy[shard] + room
+                    # Fewer than min_free of the share free: the part's script waits as the job's
+                    # would (but for a host that would take a run of them).
+                    wanted = min_free(share, s.fetch_batch)
+                    free = room + 1 if mine_busy and share - mine_busy < wanted else min(wanted, room)
+                d = self.frontier.dispatch(job_id, shard, max_urls=room, per_host=s.per_host,
                                            delay=s.delay, lease_timeout=s.lease_timeout,
-                                           concurrency=s.concurrency, per_ip=s.per_ip, now=now,
-                                           batch=s.fetch_batch, min_free=want, token=token,
+                                           concurrency=concurrency, per_ip=s.per_ip, now=now,
+                                           batch=s.fetch_batch, min_free=free, token=token,
                                            offset=parts[-1][1].leased if parts else 0,
                                            depths=not s.uses_bloom, run=run, run_wait=RUN_WAIT)
                 parts.append((shard, d))
@@ -201,7 +251,8 @@ class Dispatcher:
                 elif d.next_due is not None:
                     wake_at = min(wake_at, d.next_due)
             for shard, lease_token, entries in merged_batches(token, s.fetch_batch, parts):
-                self.send_fetch(job_id, shard, lease_token, [e.encode() for e in entries])
+                self.send_fetch(job_id, standby(shard, s.shards, down) if split else shard, lease_token,
+                                [e.encode() for e in entries])
             if any(d.items for _, d in parts):
                 self._last_dispatch[job_id] = now
         self._crowded = crowded

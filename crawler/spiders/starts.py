@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from crawler.spiders.base import Spider
@@ -189,7 +189,9 @@ def lease(job_id: str) -> str:
     return keys.prefix(job_id) + "starts:lease"
 
 
-def hold(pipe: Any, job_id: str) -> None:
-    """On ``pipe`` (at submit): keep the job open until its start requests are exhausted."""
-    pipe.zadd(keys.pending_links(job_id), {TOKEN: NEVER})
+def hold(pipe: Any, job_id: str, parts: Sequence[str] = ()) -> None:
+    """On ``pipe`` (at submit): keep the job open until its start requests are exhausted (in
+    each of ``parts``, those of a split frontier)."""
+    for space in parts or [job_id]:
+        pipe.zadd(keys.pending_links(space), {TOKEN: NEVER})
     pipe.hset(state(job_id), mapping={"consumed": 0, "done": 0})

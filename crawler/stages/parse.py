@@ -235,7 +235,7 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
     pipe.execute()
     ctx.frontier.expect(job.id, {link_token(token + links_as, shard): groups_to_json(links)
                                  for shard, links in batches.items()},
-                        s.lease_timeout)
+                        s.lease_timeout, shards={link_token(token + links_as, shard): shard for shard in batches})
     out = [annotated.get(p.url) or (_redirect_duplicate(p, seen_first[p.url], spider is not None)
                                     if p.url in seen_first else p) for p in pages if p.url not in lost]
     return out, dict(batches)

@@ -41,7 +41,7 @@ from crawler.spiders.run import allowed, overrides, request_spec
 from crawler.spiders.starts import StartRequests
 from crawler.stages.context import Context, refuse
 from crawler.stages.dedup import flush_spill
-from crawler.state import joblog, keys
+from crawler.state import joblog
 from crawler.state.jobconf import Job
 from crawler.urls import canonicalize, domain_of
 
@@ -166,10 +166,10 @@ class Starters:
         s = job.settings
         deadline = time.monotonic() + self.budget
         while time.monotonic() < deadline:
-            open_, admitted = r.hmget(keys.counters(job.id), ["open", "admitted"])
-            if s.max_pages and int(admitted or 0) >= s.max_pages:
+            c = self.ctx.frontier.counters(job.id, ("open", "admitted"))
+            if s.max_pages and c.get("admitted", 0) >= s.max_pages:
                 live.close()  # the job admits no more: reading on would only be dropped
-            room = s.start_requests_backlog - int(open_ or 0)
+            room = s.start_requests_backlog - c.get("open", 0)
             if room <= 0 and not live.exhausted:
                 return
             counts: Counter[str] = Counter()

@@ -44,6 +44,9 @@ def load(redis: Redis, job_id: str, *, max_age: float = 5.0, cache: Cache | None
     # A job submitted before the near-duplicate index had a budget keeps the unbounded index it
     # started with (a bounded one is laid out otherwise, and would forget every page so far).
     values.setdefault("near_duplicate_budget", 0)
+    # A job from before frontier_split keeps its frontier under its own tag, whatever a worker's
+    # environment says for jobs it submits.
+    values.setdefault("frontier_split", False)
     job = Job(job_id, Settings.from_env(**values), frozenset(values["allow_domains"]))
     cache.put(job_id, (time.monotonic(), job))
     return job

@@ -46,6 +46,28 @@ LAYOUT = "3"
 BANDS_APART = "3"  # the first layout whose near-duplicate bands have tags of their own
 
 
+# The job's meta field naming the parts its frontier is split into (``frontier_part``), comma
+# separated: absent, the frontier's records are under the job's own tag, as they always were.
+PARTS_FIELD = "fparts"
+PART_FIELD = "part"  # set in the meta copy of each part, so its scripts know the job is split
+
+
+def frontier_part(job: str, part: int | str) -> str:
+    """The id whose keys (``prefix``) hold one part of a split frontier: the host queues, ready
+    sets, leases, retries, host records, exact seen hash, spill, counters and a copy of the status
+    of the hosts of one shard, under a hash tag of their own (``c:{job~s2}:``, or ``c:{job~s2.5}:``
+    for a name chosen to put the part on a given master: ``crawler.frontier.core.place_parts``),
+    so on a Redis Cluster one job's frontier spreads over the masters and each script touches one
+    part. Every helper here taking a job builds that part's key from this id. ``part``: the
+    part's name, or its shard for the name ``s<shard>``."""
+    return f"{job}~{part}" if isinstance(part, str) else f"{job}~s{part}"
+
+
+def part_names(raw: str) -> list[str]:
+    """The part names a job's ``PARTS_FIELD`` holds (a count stands for ``s0`` .. ``s<count-1>``)."""
+    return [f"s{p}" for p in range(int(raw))] if raw.isdigit() else raw.split(",")
+
+
 def job_pattern(job: str) -> str:
     """A SCAN pattern matching every key of the job: its own tag's and its parts' (``role_prefix``)."""
     return "c:{" + job + "[}~]*"

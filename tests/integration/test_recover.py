@@ -24,7 +24,8 @@ A, B, C, D = (f"http://a.example/{p}" for p in ("", "b", "c", "d"))
 
 def _queued(client: redis.Redis, job_id: str) -> dict[str, Entry]:
     out: dict[str, Entry] = {}
-    for key in client.scan_iter(keys.prefix(job_id) + "q:*"):
+    # Under the job's tag, or a split frontier's parts' (``keys.frontier_part``).
+    for key in (k for k in client.scan_iter(keys.job_pattern(job_id)) if k.split(b"}:", 1)[1].startswith(b"q:")):
         for raw in client.lrange(key, 0, -1):
             e = Entry.decode(raw)
             assert e.url not in out, f"{e.url} queued twice"

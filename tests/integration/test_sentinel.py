@@ -18,7 +18,6 @@ import redis
 from crawler import jobs
 from crawler.config.settings import Settings
 from crawler.local.redis_server import RedisServer, find_redis_server, free_port
-from crawler.state import keys
 from crawler.state.conn import connect
 from crawler.store import open_store
 from crawler.testweb import TestWeb
@@ -218,7 +217,7 @@ def _crawl_a_third(w: Workers, client: redis.Redis, env: dict[str, str], web: Te
     job_id = jobs.submit(client, Settings.from_env(shards=2, per_host=4, concurrency=32, store=store_url),
                          web.seeds())
     deadline = time.monotonic() + 60
-    while int(client.hget(keys.counters(job_id), "stored") or 0) < len(web.reachable_urls()) // 3:
+    while jobs.status(client, job_id)["counters"].get("stored", 0) < len(web.reachable_urls()) // 3:
         assert time.monotonic() < deadline, "the crawl did not get going"
         time.sleep(0.05)
     return job_id

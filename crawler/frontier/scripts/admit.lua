@@ -1,14 +1,29 @@
--- ARGV: prefix, job, token, now, budget, max_depth, host_budget, trusted, part, last, queue_cap,
+-- ARGV: prefix, job, token, now, budget (0: none; see ``allowance``), max_depth, host_budget, trusted, part, last, queue_cap,
 -- the caller's counters of the job (``counts_at``), then (url, host, shard, entry). ``queue_cap`` > 0 caps each host's queue (``place``).
 -- ``trusted`` = 1: the URLs were judged new already (by the Bloom filter), so the exact seen hash
 -- is neither read nor written. A big link batch is admitted in parts, one call
 -- each, so no call holds Redis for long: ``part`` (0, 1, ...; '' for a batch in one call) is
 -- recorded in ``pendc:<token>`` so a redelivered batch skips the parts admitted already, and the
 -- ``last`` part ('1') ends the batch, as a whole batch does.
-local token, now, budget, maxd = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local token, now, maxd = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[6])
+-- ``budget`` "a<n>": a part of a split frontier may admit n more URLs (its allowance of the
+-- job's max_pages, taken by the caller), 0 included; "w<n>": the same, but the new URLs past
+-- it are neither marked nor counted, only returned (``wanting``), for the caller to ask the job
+-- for as many and admit them in a second call, under the batch's token: this first call only
+-- looks whether the batch (or its part) was admitted before, ends nothing, and never ends the
+-- job (the second call may still queue).
+local mode = string.sub(ARGV[5], 1, 1)
+local allowance = mode == 'a' or mode == 'w'
+local budget = tonumber(allowance and string.sub(ARGV[5], 2) or ARGV[5])
+local wanting = {}
 local host_budget, trusted = tonumber(ARGV[7]), ARGV[8] == '1'
 local part, last, cap = ARGV[9], ARGV[10] == '1', tonumber(ARGV[11])
-if token ~= '' then
+if token ~= '' and mode == 'w' then
+  if not redis.call('ZSCORE', KPEND, token)
+      or (part ~= '' and not last and redis.call('SISMEMBER', P .. 'pendc:' .. token, part) == 1) then
+    return {}  -- admitted before: a redelivery
+  end
+elseif token ~= '' then
   if part ~= '' and not last then
     if not redis.call('ZSCORE', KPEND, token) then
       return {}  -- the whole batch was admitted before
@@ -34,6 +49,8 @@ local cnt, seen = KCNT, KSEEN
 local c0 = redis.call('HMGET', cnt, 'admitted', 'open')
 local admitted = tonumber(c0[1] or '0')
 local admitted0 = admitted
+if allowance then budget = admitted + budget end
+local capped = allowance or budget > 0
 local new, dup, over, again, over_host, spilled = {}, 0, 0, 0, 0, 0
 local touched = {}  -- hosts whose queues took URLs, by shard (``schedule_touched``)
 -- Pages per host, read once per host and written once per host at the end: a batch's URLs
@@ -60,7 +77,9 @@ for i = first, #ARGV, 4 do
   local cur = false
   if not trusted then cur = redis.call('HGET', seen, url) end
   if not cur then
-    if budget > 0 and admitted >= budget then
+    if capped and admitted >= budget and mode == 'w' then
+      wanting[#wanting + 1] = url
+    elseif capped and admitted >= budget then
       if not trusted then redis.call('HSET', seen, url, 'b') end
       over = over + 1
     elseif host_budget > 0 and host_count(host) >= host_budget then
@@ -113,5 +132,5 @@ counts.spilled = (counts.spilled or 0) + spilled
 counts.queued = (counts.queued or 0) + QUEUED
 QUEUED = 0
 local got = bump(cnt, counts)
-done_check(now, got.open or tonumber(c0[2] or '0'))
-return {new, spilled}
+if mode ~= 'w' then done_check(now, got.open or tonumber(c0[2] or '0')) end
+return {new, spilled, wanting}

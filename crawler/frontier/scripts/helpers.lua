@@ -246,20 +246,26 @@ end
 -- A job whose URLs are all stored is done; a periodic one waits for its next cycle. Either way
 -- its session (keys.session_all) goes: cookies are kept no longer than the crawl that needs them.
 -- ``open``: cnt.open if the caller has it (from its own HINCRBY).
+-- A part of a split frontier (``keys.frontier_part``), or the job's own tag over them, only says
+-- that it is idle (``ENDED``): its caller looks at every part before ending the job.
 local function done_check(now, open)
   open = open or tonumber(redis.call('HGET', KCNT, 'open') or '0')
-  if open <= 0 and redis.call('ZCARD', KPEND) == 0
-      and redis.call('HGET', KMETA, 'status') == 'running' then
-    local cycle = redis.call('HGET', KMETA, 'cycle')
-    local status = 'done'
-    if cycle then
-      status = 'waiting'
-      redis.call('HSET', P .. 'cyc:' .. cycle, 'finished_at', now)
-    end
-    redis.call('HSET', KMETA, 'status', status, 'finished_at', now)
-    if KJOBS then redis.call('SREM', KJOBS, ARGV[2]) else ENDED = 1 end
-    redis.call('DEL', P .. 'sess', P .. 'jar', P .. 'login')
+  if open > 0 or redis.call('ZCARD', KPEND) > 0 then return end
+  local m = redis.call('HMGET', KMETA, 'status', 'part', 'fparts', 'cycle')
+  if m[1] ~= 'running' then return end
+  if m[2] or m[3] then
+    ENDED = 1
+    return
   end
+  local cycle = m[4]
+  local status = 'done'
+  if cycle then
+    status = 'waiting'
+    redis.call('HSET', P .. 'cyc:' .. cycle, 'finished_at', now)
+  end
+  redis.call('HSET', KMETA, 'status', status, 'finished_at', now)
+  if KJOBS then redis.call('SREM', KJOBS, ARGV[2]) else ENDED = 1 end
+  redis.call('DEL', P .. 'sess', P .. 'jar', P .. 'login')
 end
 -- The job dispatches again: in the active set, its shards woken, done at once if nothing is open.
 local function run_job(now, shards)
