@@ -219,6 +219,14 @@ def _glob_escape(name: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in name)
 
 
+def _take_off_active(pipe: Any, job: str) -> None:
+    """Add to ``pipe`` what takes an ended job off the active set, then reads its status (read
+    after: a new cycle or a resume may have started it meanwhile; see
+    ``Frontier._back_if_restarted``)."""
+    pipe.srem(keys.JOBS, job)
+    pipe.hget(keys.meta(job), "status")
+
+
 def _lease_host(lease: Lease) -> str:
     return host_key(lease[0])
 
@@ -386,12 +394,16 @@ class Frontier:
         for space in spaces:
             self._end_split(keys=[keys.meta(space)], args=["done", now])
         pipe = self.redis.pipeline(transaction=False)
-        pipe.srem(keys.JOBS, job)
         unlink_all(pipe, keys.session_all(job))
-        pipe.hget(keys.meta(job), "status")
-        if text(pipe.execute()[-1] or b"") in ACTIVE:
-            self.redis.sadd(keys.JOBS, job)  # started again meanwhile
+        _take_off_active(pipe, job)
+        self._back_if_restarted(job, pipe.execute())
         return True
+
+    def _back_if_restarted(self, job: str, replies: list[Any]) -> None:
+        """After ``_take_off_active``'s pipeline: list the job again if a new cycle or a resume
+        started it meanwhile."""
+        if text(replies[-1] or b"") in ACTIVE:
+            self.redis.sadd(keys.JOBS, job)
 
     def _call(self, script: Script, job: str, *args: str | int | float, space: str = "") -> Any:
         """Run a frontier script for ``job``: KEYS ``lua.job_keys`` of ``space`` (a part of a
@@ -421,25 +433,17 @@ class Frontier:
         if not (self.cluster or split):
             return got
         result, woken, ended = got
-        if split:
-            if woken:
-                pipe = self.redis.pipeline(transaction=False)
-                wake_shards(pipe, [text(shard) for shard in woken])
-                pipe.execute()
-            if int(ended):
-                self.end_if_done(job)
-            return result
-        if woken or int(ended):
+        ended_here = bool(int(ended)) and not split  # a split job's part only says it is idle
+        if woken or ended_here:
             pipe = self.redis.pipeline(transaction=False)
             wake_shards(pipe, [text(shard) for shard in woken])
-            if int(ended):
-                pipe.srem(keys.JOBS, job)
-                # Read after taking it off: a new cycle or a resume may have started it meanwhile.
-                pipe.hget(keys.meta(job), "status")
+            if ended_here:
+                _take_off_active(pipe, job)
             replies = pipe.execute()
-            status = replies[-1] if int(ended) else None
-            if status is not None and text(status) in ACTIVE:
-                self.redis.sadd(keys.JOBS, job)
+            if ended_here:
+                self._back_if_restarted(job, replies)
+        if split and int(ended):
+            self.end_if_done(job)
         return result
 
     def admit(self, job: str, entries: Sequence[Entry], shards: int, *, token: str = "",
