@@ -49,7 +49,7 @@ class Settings:
     sentinel_master: str = _s("mymaster", "With redis_url `sentinel://host:port;sentinel://host:port/0` (a Redis under Sentinel, for broker and state alike): the name of the master the sentinels watch; a sentinel broker_url may name its own (`#name`)")
     broker_url: str = _s("", "Celery broker of the task queues, if not redis_url: a redis:// or sentinel:// URL (`#name` after a sentinel one: its master's name), or several separated by commas, shard N's queue on the (N mod count)-th")
     shards: int = _s(4, "Number of shards (queues shard-0 .. shard-N-1)", job=True)
-    frontier_split: bool = _s(False, "Split the job's frontier (host queues, leases, host records, the exact seen set, counters) into one part per shard, each under a Redis hash tag of its own, so on a Redis Cluster one job's frontier spreads over the masters; job-wide figures are the parts' summed, the job's max_pages is allotted to the parts as they admit, and concurrency is shared out among them. Not for periodic jobs; a split job keeps its shard count, and while a shard is down its part stays where it is, dispatched to the shard standing in for it", job=True)
+    frontier_split: bool = _s(False, "Split the job's frontier (host queues, leases, host records, the exact seen set, counters) into one part per shard, each under a Redis hash tag of its own, so on a Redis Cluster one job's frontier spreads over the masters; job-wide figures are the parts' summed, the job's max_pages is allotted to the parts as they admit, and concurrency is shared out among them. A split job keeps its shard count, and while a shard is down its part stays where it is, dispatched to the shard standing in for it", job=True)
     max_pages: int = _s(0, "Stop admitting URLs after this many (0: no limit)", job=True)
     max_depth: int = _s(0, "Follow links at most this many hops from a seed (0: no limit)", job=True)
     delay: float = _s(0.0, "Seconds between the end of one request to a host and the start of the next", job=True)
@@ -209,9 +209,6 @@ class Settings:
                 raise SettingError(f"setting cron: {exc}") from None
             if self.every:
                 raise SettingError("give either every or cron, not both")
-        if self.frontier_split and self.periodic:
-            raise SettingError("frontier_split is for one-off jobs: a periodic job (every, cron) keeps its frontier "
-                               "under one tag")
         if self.revisit_min > self.revisit_max:
             raise SettingError(f"revisit_min ({self.revisit_min:g} s) is longer than revisit_max ({self.revisit_max:g} s)")
         if self.takeover_after and self.takeover_after < 2:

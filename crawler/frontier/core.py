@@ -242,10 +242,18 @@ def _flat(leases: Iterable[Lease]) -> list[str]:
 T = TypeVar("T")
 
 # The job's own tag: a split job is ended there once every part is idle (``Frontier.end_if_done``).
+# A split job's record, then each part's: running -> ARGV[1] (the job's own: 'waiting' for a
+# periodic job, its cycle's end recorded under the key prefix ARGV[3]). Returns the status
+# written, or 0 if it was not running.
 _END_SPLIT = """
 if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
-redis.call('HSET', KEYS[1], 'status', ARGV[1], 'finished_at', ARGV[2])
-return 1
+local status, cycle = ARGV[1], redis.call('HGET', KEYS[1], 'cycle')
+if cycle and ARGV[3] ~= '' then
+  status = 'waiting'
+  redis.call('HSET', ARGV[3] .. 'cyc:' .. cycle, 'finished_at', ARGV[2])
+end
+redis.call('HSET', KEYS[1], 'status', status, 'finished_at', ARGV[2])
+return status
 """
 # The job's own tag: up to ARGV[1] more of the job's max_pages (ARGV[2]) for one part of a split
 # frontier to admit (a negative ARGV[1] gives back what a part did not use). Returns the grant.
@@ -389,10 +397,11 @@ class Frontier:
         if collect() != first:
             return False
         now = time.time() if now is None else now
-        if not int(self._end_split(keys=[keys.meta(job)], args=["done", now])):
+        ended = self._end_split(keys=[keys.meta(job)], args=["done", now, keys.prefix(job)])
+        if not ended:
             return False
         for space in spaces:
-            self._end_split(keys=[keys.meta(space)], args=["done", now])
+            self._end_split(keys=[keys.meta(space)], args=[text(ended), now, ""])
         pipe = self.redis.pipeline(transaction=False)
         unlink_all(pipe, keys.session_all(job))
         _take_off_active(pipe, job)
@@ -1132,6 +1141,8 @@ class Frontier:
         """Restart the count the job's page budget (``max_pages``) is checked against."""
         for space in self.spaces(job):
             self.redis.hset(keys.counters(space), "admitted", 0)
+        if self.split(job):  # what the parts were allotted of it (``_ALLOT``)
+            self.redis.hset(keys.counters(job), "allotted", 0)
 
     def reset_seen(self, job: str) -> None:
         """Forget which URLs the job has seen and how many each host had admitted (a periodic
@@ -1161,7 +1172,15 @@ class Frontier:
         (cycle, True) to the winner, (cycle, False) for a start that crashed and is older than
         ``stale`` seconds, None otherwise. ``following``: when the cycle after it is due."""
         got = self._call(self._claim_cycle, job, now, following, stale)
-        return (int(got[0]), bool(int(got[1]))) if got else None
+        if not got:
+            return None
+        if self.split(job):
+            # Its parts wait with it; they run once the cycle's work is queued (``run_cycle``).
+            pipe = self.redis.pipeline(transaction=False)
+            for space in self.spaces(job):
+                pipe.hset(keys.meta(space), "status", "starting")
+            pipe.execute()
+        return int(got[0]), bool(int(got[1]))
 
     def run_cycle(self, job: str, shards: int) -> bool:
         """A starting cycle's work is queued: the job runs, its shards woken (done at once if
@@ -1175,6 +1194,13 @@ class Frontier:
         spaces = self.spaces(job) if self.split(job) else []
         for space in spaces:
             self._call(self._run_cycle, job, now, shards, space=space)
-        if spaces and text(self.redis.hget(keys.meta(job), "status") or b"") == "paused":
+        status = text(self.redis.hget(keys.meta(job), "status") or b"") if spaces else ""
+        if status == "paused":
             for space in spaces:  # paused while they started, when a part had nothing to pause
                 self._call(self._pause, job, now, space=space)
+        elif status in FINAL:
+            # Stopped while they started (``jobs.stop`` wrote their status before this did).
+            pipe = self.redis.pipeline(transaction=False)
+            for space in spaces:
+                pipe.hset(keys.meta(space), mapping={"status": status, "finished_at": now})
+            pipe.execute()

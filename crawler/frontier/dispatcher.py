@@ -23,7 +23,7 @@ from crawler.frontier.rebalance import rebalance_if_changed
 from crawler.frontier.sharding import standby
 from crawler.state import jobconf as jobcache
 from crawler.state import joblog, keys, nodes
-from crawler.state.conn import MIN_BLOCK, block_timeout
+from crawler.state.conn import MIN_BLOCK, block_timeout, open_migrations
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,7 @@ RUN_WAIT = 0.5
 # pipeline may list a job a moment before its record lands, but not for this long.
 UNRECORDED_GRACE = 60.0
 REFILL_CLAIM = 30.0  # seconds a sent refill task holds the job's claim at most
+MOVES_EVERY = 2.0  # seconds between looks at whether a Redis Cluster is moving slots
 
 
 def share_out(free: int, demand: dict[int, int]) -> dict[int, int]:
@@ -94,6 +95,8 @@ class Dispatcher:
         self._promote_at: dict[str, float] = {}  # when each job's retries are looked at next
         self._unrecorded: dict[str, float] = {}  # listed jobs with no record -> since when
         self._last_check = 0.0
+        self._moves_checked = -MOVES_EVERY
+        self._moving: list[int] = []  # slots the cluster was moving, as last looked
         self._runs_checked = -RUNS_EVERY
         self._runs = False  # whether every worker takes runs, as last looked
         # Whether the last tick left more than one request in flight (or held a batch back):
@@ -128,12 +131,29 @@ class Dispatcher:
                     joblog.log_event(self.redis, job_id, "shard_up", f"shard {s} is live again", level="WARNING")
         self.live = change.live if change is not None else liveshards.read(self.redis)
 
+    def _slots_moving(self, now: float) -> bool:
+        if now - self._moves_checked >= MOVES_EVERY:
+            self._moves_checked = now
+            moving = open_migrations(self.redis)
+            if moving and not self._moving:
+                log.warning("the Redis Cluster is moving %d slot(s) (%s): dispatching held until it is done; "
+                            "stop the workers while slots move (docs/capacity.md)", len(moving),
+                            ", ".join(map(str, moving[:5])))
+            elif self._moving and not moving:
+                log.warning("the Redis Cluster's slots have moved: dispatching again")
+            self._moving = moving
+        return bool(self._moving)
+
     def tick(self, now: float | None = None) -> float:
         """Dispatch everything due now; return how long to wait before the next tick."""
         now = time.time() if now is None else now
         if now - self._last_check >= REAP_EVERY:
             self._last_check = now
             self._check_live(now)
+        if self.frontier.cluster and self._slots_moving(now):
+            # No script of this dispatcher's while slots move: one that meets a key of a moving
+            # slot stops half-way (``open_migrations``). Tasks in flight end as they may.
+            return MOVES_EVERY
         active = self.frontier.active_jobs()
         if not active:
             return IDLE_SLEEP  # sleep on the wake lists: the next job or cycle pushes a wake

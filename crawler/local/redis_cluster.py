@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import redis
 
@@ -103,6 +104,7 @@ class RedisCluster:
     _killed: set[int] = field(default_factory=set, init=False)
     _seeds: list[int] = field(default_factory=list, init=False)
     _tmp: str | None = field(default=None, init=False)
+    _server: str = field(default="", init=False)  # the redis-server binary its nodes run
 
     @property
     def url(self) -> str:
@@ -111,8 +113,7 @@ class RedisCluster:
 
     def start(self, timeout: float = 30.0) -> RedisCluster:
         deadline = time.monotonic() + timeout
-        server = find_redis_server().path
-        cli = find_cli(server)
+        server = self._server = find_redis_server().path
         self.ports, self.procs, self._killed = [], {}, set()
         if self.root is None:
             self._tmp = tempfile.mkdtemp(prefix="crawler-redis-cluster-")
@@ -120,11 +121,8 @@ class RedisCluster:
             for _ in range(self.masters * (1 + self.replicas)):
                 self._start_node(server)
             self._wait(lambda: all(self._ask(p, "PING") for p in self.ports), deadline, "every node to answer")
-            out = subprocess.run([cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports),
-                                  "--cluster-replicas", str(self.replicas), "--cluster-yes"],
-                                 capture_output=True, text=True, timeout=max(1.0, deadline - time.monotonic()))
-            if out.returncode:
-                raise RedisServerError(f"redis-cli --cluster create failed: {(out.stdout + out.stderr)[-500:]}")
+            self._cli(deadline, "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports),
+                      "--cluster-replicas", str(self.replicas), "--cluster-yes")
             self._wait(self._settled, deadline, "the cluster to settle")
             self._seeds = self.master_ports()
         except BaseException:
@@ -191,6 +189,58 @@ class RedisCluster:
                 return False
         return replicas == self.masters * self.replicas
 
+    def add_master(self, timeout: float = 30.0) -> int:
+        """Start a node and join it to the cluster as a master serving no slots yet (``rebalance``
+        gives it some). Returns its port."""
+        deadline = time.monotonic() + timeout
+        self._start_node(self._server)
+        port = self.ports[-1]
+        self._wait(lambda: bool(self._ask(port, "PING")), deadline, f"node {port} to answer")
+        self._cli(deadline, "--cluster", "add-node", f"127.0.0.1:{port}", f"127.0.0.1:{self.master_ports()[0]}")
+        def known() -> bool:
+            for p in self.live_ports():
+                with _conn(p) as client:  # the new node too: a migration to it is refused till then
+                    if client.cluster("INFO")["cluster_state"] != "ok":
+                        return False
+                if len(self.nodes(p)) != len(self.live_ports()):
+                    return False
+            return True
+
+        self._wait(known, deadline, f"every node to know {port}")
+        return port
+
+    def rebalance(self, timeout: float = 120.0) -> None:
+        """Move slots, with their keys, live (``MIGRATE``), until every master serves about as
+        many, a master with none among them: what an operator runs after ``add_master``."""
+        deadline = time.monotonic() + timeout
+        self._cli(deadline, "--cluster", "rebalance", f"127.0.0.1:{self.master_ports()[0]}",
+                  "--cluster-use-empty-masters", "--cluster-yes")
+
+    def move_slot(self, slot: int, to_port: int) -> None:
+        """Move one slot, keys and all, to the master on ``to_port``, as ``rebalance`` moves
+        each (IMPORTING, MIGRATING, MIGRATE in batches, then the new owner told to every master)."""
+        view = self.nodes()
+        ids = {n.port: n.id for n in view}
+        source = next(n.port for n in view if n.up_master and any(slot in r for r in n.slots))
+        if source == to_port:
+            return
+        self._ask(to_port, "CLUSTER", "SETSLOT", str(slot), "IMPORTING", ids[source])
+        self._ask(source, "CLUSTER", "SETSLOT", str(slot), "MIGRATING", ids[to_port])
+        while batch := cast(list[str], self._ask(source, "CLUSTER", "GETKEYSINSLOT", str(slot), "100")):
+            self._ask(source, "MIGRATE", "127.0.0.1", str(to_port), "", "0", "5000", "KEYS", *batch)
+        for port in self.master_ports():
+            self._ask(port, "CLUSTER", "SETSLOT", str(slot), "NODE", ids[to_port])
+
+    def slot_of(self, key: str) -> int:
+        return int(str(self._ask(self.live_ports()[0], "CLUSTER", "KEYSLOT", key)))
+
+    def _cli(self, deadline: float, *args: str) -> str:
+        out = subprocess.run([find_cli(self._server), *args], capture_output=True, text=True,
+                             timeout=max(1.0, deadline - time.monotonic()))
+        if out.returncode:
+            raise RedisServerError(f"redis-cli {args[1]} failed: {(out.stdout + out.stderr)[-500:]}")
+        return out.stdout
+
     def live_ports(self) -> list[int]:
         return [p for p in self.ports if self.procs[p].poll() is None]
 
@@ -209,7 +259,7 @@ class RedisCluster:
         return by_id.get(view[port].master_id)
 
     def master_for_key(self, key: str) -> int:
-        slot = int(str(self._ask(self.live_ports()[0], "CLUSTER", "KEYSLOT", key)))
+        slot = self.slot_of(key)
         for n in self.nodes():
             if n.up_master and any(slot in r for r in n.slots):
                 return n.port

@@ -173,6 +173,24 @@ def _connect_cluster(url: str, options: dict[str, Any]) -> Redis:
     return cast(Redis, cluster)
 
 
+def open_migrations(client: Redis) -> list[int]:
+    """Slots a Redis Cluster is moving between masters now (``redis-cli --cluster rebalance`` or
+    ``reshard``), as each master says of itself; [] for one Redis. While a slot moves, a script
+    that meets a key of it not on the master (moved already, or not yet written) stops half-way,
+    its writes so far kept: see docs/capacity.md, "Growing the cluster"."""
+    if not is_cluster_client(client):
+        return []
+    cluster = cast(RedisCluster, client)
+    moving: set[int] = set()
+    for node in cluster.get_primaries():  # type: ignore[no-untyped-call]  # untyped in redis-py
+        # Parsed by redis-py, a node each; a migration is known to its own two nodes only.
+        view = cluster.get_redis_connection(node).execute_command("CLUSTER NODES")  # type: ignore[no-untyped-call]
+        for info in view.values():
+            if "myself" in str(info.get("flags", "")).split(","):
+                moving.update(int(m["slot"]) for m in info.get("migrations", []))
+    return sorted(moving)
+
+
 def all_or_nothing(client: Redis) -> Any:
     """A pipeline whose commands apply together: a MULTI transaction on one Redis. On a cluster,
     whose transactions hold one slot, a plain pipeline: its callers order their writes so that

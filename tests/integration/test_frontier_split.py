@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,8 @@ import pytest
 import redis
 
 from crawler import jobs
-from crawler.config.settings import SettingError, Settings
+from crawler.config.settings import Settings
+from crawler.control import periodic as cycles
 from crawler.errors import ConfigError
 from crawler.frontier import Entry, Fetched, Frontier, liveshards
 from crawler.frontier.dispatcher import Dispatcher
@@ -28,6 +30,7 @@ from crawler.state.conn import connect
 from crawler.store import open_store
 from crawler.testweb import TestWeb
 from tests.conftest import Workers, wait_done
+from tests.integration.test_cycles import wait_status
 
 JOB = "split-t"
 SHARDS = 4
@@ -305,9 +308,54 @@ def test_parts_left_starting_by_a_submitter_that_died_are_started_by_a_dispatche
     assert len(sent) == 1 and jobs.status(r, "stuck")["status"] == "running"
 
 
-def test_a_periodic_job_is_not_split() -> None:
-    with pytest.raises(SettingError, match="frontier_split is for one-off jobs"):
-        Settings(frontier_split=True, every=3600.0).validated()
+def _statuses(r: redis.Redis, job_id: str) -> set[str]:
+    return {conn.text(r.hget(keys.meta(space), "status") or b"") for space in Frontier(r).spaces(job_id)}
+
+
+def test_a_periodic_split_job_runs_each_cycle_whole_within_its_page_budget(
+        r: redis.Redis, make_web, workers: Workers, tmp_path: Path) -> None:
+    web: TestWeb = make_web(6, 12)
+    want = web.reachable_urls()
+    store_url = f"sqlite:///{tmp_path / 'crawl.db'}"
+    workers.start("w0", "shard-0,shard-1,shared")
+    workers.start("w1", "shard-2,shard-3,shared")
+    # A page budget just above the reachable set: a cycle that kept the last one's allotment
+    # would admit next to nothing.
+    job_id = jobs.submit(r, Settings.from_env(shards=SHARDS, frontier_split=True, every=60.0, revisit_min=1.0,
+                                              revisit_max=60.0, max_pages=len(want) + 3, store=store_url),
+                         web.seeds())
+    assert Frontier(r).split(job_id) == SHARDS
+    wait_status(r, job_id, jobs.WAITING, 1)
+    assert _statuses(r, job_id) == {"waiting"}
+    assert r.hget(keys.cycle(job_id, 1), "finished_at") is not None
+    assert job_id not in jobs.active(r)
+    assert {p["url"] for p in open_store(store_url).pages(job_id)} == want
+    first = len(web.hits())
+    # Every page due again a period later: the second cycle fetches each once more.
+    assert cycles.start_cycle(r, job_id, open_store, time.time() + 61) == 2
+    wait_status(r, job_id, jobs.WAITING, 2)
+    assert _statuses(r, job_id) == {"waiting"}
+    again = Counter((h.site, h.path) for h in web.hits()[first:] if h.path != "/robots.txt")
+    assert {web.url(site, path) for site, path in again} == want and max(again.values()) == 1, again
+    rows = [p["url"] for p in open_store(store_url).pages(job_id)]
+    assert len(rows) == len(set(rows)) == len(want)
+    assert jobs.cycles(r, job_id)[1]["fetched"] == len(want)
+
+
+def test_a_split_job_stopped_while_its_cycle_starts_stays_stopped_in_every_part(r: redis.Redis) -> None:
+    job_id = jobs.submit(r, Settings.from_env(shards=SHARDS, frontier_split=True, every=60.0, obey_robots=False),
+                         [f"http://{_hosts_of(0, 1)[0]}/"])
+    f = Frontier(r)
+    for space in [job_id, *f.spaces(job_id)]:  # its first cycle over
+        r.hset(keys.meta(space), "status", "waiting")
+    r.hset(keys.meta(job_id), "next_cycle_at", 0)
+    assert f.claim_cycle(job_id, time.time(), time.time() + 60, 300) == (2, True)
+    assert _statuses(r, job_id) == {"starting"}
+    jobs.stop(r, job_id)
+    for space in f.spaces(job_id):  # the claim's write to its parts, later than the stop's
+        r.hset(keys.meta(space), "status", "starting")
+    assert not f.run_cycle(job_id, SHARDS)
+    assert _statuses(r, job_id) == {"stopped"} and jobs.status(r, job_id)["status"] == "stopped"
 
 
 def test_a_split_crawl_stores_every_reachable_page_once(redis_url: str, r: redis.Redis, make_web,
@@ -402,3 +450,82 @@ def test_a_split_crawl_on_a_cluster_spreads_its_keys_and_commands_over_the_maste
     calls_all = sum(calls.values())
     shares = {p: (after[p][0] / keys_all, calls[p] / calls_all) for p in after}
     assert all(0.2 <= k <= 0.5 and 0.2 <= c <= 0.5 for k, c in shares.values()), shares
+
+
+def test_a_master_added_mid_crawl_takes_slots_with_the_jobs_state_and_the_crawl_finishes_whole(
+        cluster: RedisCluster, make_web, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # How an operator grows the crawl's Redis (docs/capacity.md): the workers stopped, a node
+    # joined, slots moved to it with their keys, the workers started again. (Not under running
+    # scripts: a key missing in a slot being moved aborts a script half-way through.)
+    web: TestWeb = make_web(16, 30)
+    want = web.reachable_urls()
+    store_url = f"sqlite:///{tmp_path / 'crawl.db'}"
+    with RedisServer() as broker:
+        for name, value in {"CRAWLER_REDIS_URL": cluster.url, "CRAWLER_BROKER_URL": broker.url}.items():
+            monkeypatch.setenv(name, value)
+        w = Workers(cluster.url, tmp_path)
+        w.start("w0", "shard-0,shard-1,shard-2,shared")
+        w.start("w1", "shard-3,shard-4,shard-5,shared")
+        client = connect(cluster.url)
+        try:
+            job_id = jobs.submit(client, Settings.from_env(shards=6, frontier_split=True, delay=0.1, per_host=1,
+                                                           store=store_url), web.seeds())
+            deadline = time.monotonic() + 60
+            while jobs.status(client, job_id)["counters"].get("stored", 0) < len(want) // 4:
+                assert time.monotonic() < deadline, jobs.status(client, job_id)
+                time.sleep(0.1)
+            w.stop()
+            added = cluster.add_master()
+            cluster.rebalance()
+            f = Frontier(client)
+            # Whichever slots the rebalance chose, the job's own record and a part's go too.
+            for key in (keys.meta(job_id), keys.meta(f.spaces(job_id)[0])):
+                cluster.move_slot(cluster.slot_of(key), added)
+            mid = jobs.status(client, job_id)
+            w.start("w2", "shard-0,shard-1,shard-2,shared")
+            w.start("w3", "shard-3,shard-4,shard-5,shared")
+            st = wait_done(client, job_id, timeout=150)
+        finally:
+            w.stop()
+    assert mid["status"] == "running" and mid["counters"]["stored"] < len(want), mid
+    assert st["status"] == "done", st
+    rows = [p["url"] for p in open_store(store_url).pages(job_id)]
+    assert len(rows) == len(set(rows)), "duplicate rows"
+    assert set(rows) == want
+    errors = [line for n in ("w0", "w1", "w2", "w3") for line in (tmp_path / f"{n}.log").read_text().splitlines()
+              if "raised unexpected" in line or "tick failed" in line or "Traceback" in line]
+    assert not errors, errors[:5]
+    assert added in cluster.master_ports() and len(cluster.master_ports()) == 4
+    assert cluster.master_for_key(keys.meta(job_id)) == added
+    held = cluster.node_clients()
+    try:  # the new master holds state of the job that the restarted workers went on with
+        assert any(held[added].scan_iter(f"c:{{{job_id}*", count=1000))
+    finally:
+        for c in held.values():
+            c.close()
+
+
+def test_dispatchers_hold_while_the_cluster_moves_a_slot(cluster: RedisCluster,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    client = connect(cluster.url)
+    job_id = jobs.submit(client, Settings.from_env(shards=SHARDS, frontier_split=True, obey_robots=False),
+                         [f"http://{h}/" for h in _hosts_per_shard().values()])
+    sent: list[str] = []
+    d = Dispatcher(client, list(range(SHARDS)), lambda job, shard, token, entries: sent.extend(entries),
+                   lambda *a: None)
+    slot = cluster.slot_of(keys.meta(Frontier(client).spaces(job_id)[0]))
+    source = cluster.master_for_key(keys.meta(Frontier(client).spaces(job_id)[0]))
+    target = next(p for p in cluster.master_ports() if p != source)
+    ids = {n.port: n.id for n in cluster.nodes()}
+    nodes = cluster.node_clients()
+    nodes[target].execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source])
+    nodes[source].execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target])
+    with caplog.at_level("WARNING"):
+        d.tick()
+    assert not sent and "moving 1 slot(s)" in caplog.text
+    for port in (source, target):  # the move called off
+        nodes[port].execute_command("CLUSTER", "SETSLOT", slot, "STABLE")
+    for c in nodes.values():
+        c.close()
+    d.tick(time.time() + 3)
+    assert len(sent) == SHARDS, sent
