@@ -19,7 +19,7 @@ from crawler.dedup import admit_links
 from crawler.errors import BadURL, ConfigError, JobNotFound, shown
 from crawler.frontier import Entry, Frontier, liveshards
 from crawler.frontier.core import place_parts
-from crawler.frontier.rebalance import Moved, migrate
+from crawler.frontier.rebalance import Moved, drain_queues, migrate
 from crawler.render.decide import decisions as render_decisions
 from crawler.render.decide import evidence as render_evidence
 from crawler.spiders import loader as spider_loader
@@ -248,12 +248,22 @@ def resume(redis: Redis, job_id: str, by: str = "") -> str:
 MAX_SHARDS = 1024
 
 
-def set_shards(redis: Redis, job_id: str, shards: int) -> Moved:
-    """Give a running job ``shards`` shards and move what must move (``crawler.frontier.rebalance``)."""
+def check_shards(redis: Redis, job_id: str, shards: int) -> int:
+    """ConfigError if the job may not have ``shards`` shards. Returns how many parts its
+    frontier is split into (0: not split)."""
     if not 1 <= shards <= MAX_SHARDS:
         raise ConfigError(f"shard count must be 1..{MAX_SHARDS}, got {shards}")
-    if Frontier(redis).split(job_id):
-        raise ConfigError(f"job {job_id} has its frontier split by shard (frontier_split): its shard count is fixed")
+    parts = Frontier(redis).split(job_id)
+    if parts and shards > parts:
+        # Its hosts stay in their parts for the job's life: a shard beyond them would have none.
+        raise ConfigError(f"job {job_id} has its frontier split into {parts} parts (frontier_split): "
+                          f"it may have 1 to {parts} shards, not {shards}")
+    return parts
+
+
+def set_shards(redis: Redis, job_id: str, shards: int) -> Moved:
+    """Give a running job ``shards`` shards and move what must move (``crawler.frontier.rebalance``)."""
+    parts = check_shards(redis, job_id, shards)
     raw = redis.hget(keys.meta(job_id), "settings")
     if raw is None:
         raise JobNotFound(f"no such job: {job_id}")
@@ -264,7 +274,10 @@ def set_shards(redis: Redis, job_id: str, shards: int) -> Moved:
     redis.hset(keys.meta(job_id), mapping={"settings": json.dumps(values), "shards_changed_at": time.time(),
                                            "shards_before": known})
     forget(job_id)
-    return migrate(redis, job_id, shards, known, down=liveshards.read(redis).shards(shards))
+    down = liveshards.read(redis).shards(shards)
+    if parts:  # nothing moves but the messages on the queues of shards gone: parts change hands
+        return Moved(0, 0, 0, drain_queues(redis, shards, known, down))
+    return migrate(redis, job_id, shards, known, down=down)
 
 
 def periodic(redis: Redis) -> list[str]:

@@ -467,6 +467,7 @@ def set_shards(r: Redis, count: int, job_ids: list[str] | None = None, by: str =
     targets = jobs.active(r) if job_ids is None else job_ids
     for job_id in targets:  # all checked before any is changed
         _exists(r, job_id)
+        jobs.check_shards(r, job_id, count)
     out = []
     for job_id in targets:
         moved = jobs.set_shards(r, job_id, count)

@@ -20,11 +20,12 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 from redis.typing import EncodableT, FieldT
 
+from crawler.errors import JobNotFound
 from crawler.frontier import liveshards, lua
 from crawler.frontier.entry import Entry
-from crawler.frontier.sharding import shard_of_host, shard_of_url
+from crawler.frontier.sharding import shard_of_host, shard_of_url, standby
 from crawler.lru import LRU
-from crawler.state import keys
+from crawler.state import jobconf, keys
 from crawler.state.conn import is_cluster_client, mget, queue_script, replicated_write, text, unlink_all
 from crawler.urls import host_key
 
@@ -434,6 +435,16 @@ class Frontier:
             self.redis.sadd(keys.JOBS, job)  # again: another's end of the job may have taken it off
         return result
 
+    def _serving(self, job: str, parts: Iterable[int]) -> set[int]:
+        """The shards whose dispatchers serve a split job's ``parts`` now (``standby``: while a
+        part's shard is down, or after the job's shard count went below its parts)."""
+        try:
+            shards = jobconf.load(self.redis, job).settings.shards
+        except JobNotFound:
+            return set(parts)
+        down = liveshards.down(self.redis, shards)
+        return {standby(p, shards, down) for p in parts}
+
     def _unwrap(self, job: str, got: Any) -> Any:
         """A script's result; on a Redis Cluster or for a split frontier, after waking the
         shards it asked to wake and taking the job off the active set if it ended (a part of a
@@ -445,7 +456,8 @@ class Frontier:
         ended_here = bool(int(ended)) and not split  # a split job's part only says it is idle
         if woken or ended_here:
             pipe = self.redis.pipeline(transaction=False)
-            wake_shards(pipe, [text(shard) for shard in woken])
+            wake_shards(pipe, self._serving(job, [int(shard) for shard in woken]) if split
+                        else [text(shard) for shard in woken])
             if ended_here:
                 _take_off_active(pipe, job)
             replies = pipe.execute()

@@ -19,7 +19,7 @@ import redis
 from crawler.frontier import liveshards, takeover
 from crawler.frontier.core import Dispatched, Frontier, Readiness, merged_batches, new_token
 from crawler.frontier.liveshards import LiveSet
-from crawler.frontier.rebalance import rebalance_if_changed
+from crawler.frontier.rebalance import drain_if_changed, rebalance_if_changed
 from crawler.frontier.sharding import standby
 from crawler.state import jobconf as jobcache
 from crawler.state import joblog, keys, nodes
@@ -182,8 +182,10 @@ class Dispatcher:
             if now - self._last_reap.get(job_id, 0.0) >= REAP_EVERY:
                 self._last_reap[job_id] = now
                 # Placement first: leases rewritten by it expire straight onto the serving shard.
-                # (A split frontier's hosts never move: its parts are fixed for the job's life.)
-                moved = None if split else rebalance_if_changed(self.redis, job_id, s.shards, now, self.live)
+                # (A split frontier's hosts never move: its parts are fixed for the job's life;
+                # only task messages on the queues of shards gone or down do.)
+                moved = (drain_if_changed if split else rebalance_if_changed)(self.redis, job_id, s.shards, now,
+                                                                              self.live)
                 if moved and (moved.records or moved.messages):
                     log.warning("job %s: shard change settling: %d records, %d messages moved",
                                 job_id, moved.records, moved.messages)
@@ -206,10 +208,11 @@ class Dispatcher:
                 wake_at = min(wake_at, self._promote_at[job_id])
             mine = [shard for shard in self.shards if shard < s.shards]
             down = self.live.shards(s.shards)
-            if split and down:
-                # A split frontier's hosts stay in their shard's part while it is down: the
-                # shard its tasks go to instead (``standby``) dispatches that part too.
-                mine = [shard for shard in range(s.shards) if standby(shard, s.shards, down) in self.shards]
+            if split:
+                # A split frontier's hosts stay in their part for the job's life: while its shard
+                # is down, or after the job's shard count went below its parts, the shard its
+                # tasks go to instead (``standby``) dispatches that part. ``mine``: parts.
+                mine = [part for part in range(split) if standby(part, s.shards, down) in self.shards]
             if not mine:
                 continue
             want = min_free(s.concurrency, s.fetch_batch)

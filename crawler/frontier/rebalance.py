@@ -183,6 +183,19 @@ def drain_queues(redis: Redis, shards: int, known: int, down: frozenset[int] = f
     return moved
 
 
+def drain_if_changed(redis: Redis, job_id: str, shards: int, now: float,
+                     live: LiveSet | None = None) -> Moved | None:
+    """``rebalance_if_changed`` for a split frontier, whose hosts stay in their parts whatever
+    the shard count or the live set: only the task messages on the queues of shards gone or
+    down move, while a change settles."""
+    live = liveshards.read(redis) if live is None else live
+    down = live.shards(shards)
+    meta = redis.hmget(keys.meta(job_id), ["shards_changed_at", "shards_before"])
+    if now - float(meta[0] or 0) <= GRACE or now - live.changed_at <= GRACE:
+        return Moved(0, 0, 0, drain_queues(redis, shards, max(shards, int(meta[1] or 0)), down))
+    return None
+
+
 def rebalance_if_changed(redis: Redis, job_id: str, shards: int, now: float,
                          live: LiveSet | None = None) -> Moved | None:
     """For a dispatcher: repeat the migration while a recent change of the shard count or of

@@ -52,10 +52,13 @@ def shard_of_host(host: str, shards: int, down: frozenset[int] = frozenset()) ->
 
 def standby(shard: int, shards: int, down: frozenset[int] = frozenset()) -> int:
     """The queue that serves task messages meant for ``shard`` when it is down or beyond the
-    count: the next live shard after it (any worker may run any task; leases decide)."""
+    count: the next live shard after it, or from its place modulo the count (any worker may run
+    any task; leases decide). A split frontier's part (``keys.frontier_part``) is dispatched by
+    the shard this gives for its number: its own, or after the job's shard count went down, one
+    of those left, the parts spread over them."""
     if shard < shards and shard not in down:
         return shard
-    start = shard + 1 if shard < shards else 0
+    start = shard + 1 if shard < shards else shard % shards
     for i in range(shards):
         s = (start + i) % shards
         if s not in down:

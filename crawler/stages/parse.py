@@ -42,7 +42,8 @@ RENDERED = "r"
 def parse_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
                 links_as: str = "") -> tuple[list[FetchedPage], dict[int, list[LinkGroup]]]:
     """Parse HTML pages; return the pages annotated for the store, and the links to follow
-    grouped by the shard that owns their domain, then by the page they came from. Link batches
+    grouped by the shard that owns their domain (of a split frontier, by its part), then by the
+    page they came from. Link batches
     are registered with the frontier (``expect``) before the caller sends them, so the job
     cannot end before them. ``links_as``: a suffix for the link batches' tokens (``RENDERED``
     for pages parsed apart from the rest of their fetch)."""
@@ -192,6 +193,9 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
     capped_variants = ctx.variants.pages_over_cap(
         job.id, [(url, "paged" if url in paged else "spider") for url in variant_of
                  if url in paged or spider is not None], s.max_query_variants)
+    # A batch holds the links of one shard's hosts; of a split frontier, of one part's, which
+    # the job's shard count, once it went down, no longer matches (see ``sharding.standby``).
+    home = ctx.frontier.split(job.id) or s.shards
     for page in expanded:
         child_depth = page.depth + 1
         specs = page_specs.get(page.url) or {}
@@ -217,7 +221,7 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
             if spider_allows is not None and not allowed(spider_allows, url, hooks):
                 denied_spider += 1
                 continue
-            by_shard[shard_of_url(url, s.shards)].append(link)
+            by_shard[shard_of_url(url, home)].append(link)
         for shard, urls in by_shard.items():
             batches[shard].append(LinkGroup(page.url, child_depth, tuple(urls),
                                             tuple((u, specs[u]) for u in urls if u in specs) if specs else ()))

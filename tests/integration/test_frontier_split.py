@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis
 
-from crawler import jobs
+from crawler import control, jobs
 from crawler.config.settings import Settings
 from crawler.control import periodic as cycles
 from crawler.errors import ConfigError
@@ -163,8 +163,48 @@ def test_pause_resume_and_stop_reach_every_part(r: redis.Redis) -> None:
     assert {r.hget(keys.meta(keys.frontier_part(JOB, p)), "status") for p in range(SHARDS)} == {b"stopped"}
     f.admit(JOB, [Entry(f"http://{hosts[1]}/more")], SHARDS)
     assert _dispatch_all(f) == []
-    with pytest.raises(ConfigError, match="frontier_split"):
-        jobs.set_shards(r, JOB, 2)
+    with pytest.raises(ConfigError, match=r"split into 4 parts .* may have 1 to 4 shards, not 5"):
+        jobs.set_shards(r, JOB, 5)
+
+
+def test_a_shard_count_above_a_split_jobs_parts_changes_no_job(r: redis.Redis) -> None:
+    plain = jobs.submit(r, Settings.from_env(shards=2, obey_robots=False), ["http://a.example/"])
+    split = jobs.submit(r, Settings.from_env(shards=SHARDS, frontier_split=True, obey_robots=False),
+                        ["http://b.example/"])
+    with pytest.raises(ConfigError, match="may have 1 to 4 shards, not 5"):
+        control.set_shards(r, 5, [plain, split])
+    assert jobs.load(r, plain, max_age=0).settings.shards == 2
+
+
+def test_a_split_jobs_shard_count_going_down_gives_each_shard_left_its_parts(r: redis.Redis) -> None:
+    hosts = _hosts_per_shard()
+    job_id = jobs.submit(r, Settings.from_env(shards=SHARDS, frontier_split=True, obey_robots=False),
+                         [f"http://{h}/" for h in hosts.values()])
+    moved = jobs.set_shards(r, job_id, 2)
+    assert (moved.hosts, moved.records) == (0, 0)  # its hosts stay in their parts
+    assert jobs.load(r, job_id, max_age=0).settings.shards == 2
+    sent: list[tuple[int, str]] = []
+
+    def dispatcher(shards: list[int]) -> Dispatcher:
+        return Dispatcher(r, shards, lambda job, shard, token, entries: sent.extend(
+            (shard, Entry.decode(e).url) for e in entries), lambda *a: None)
+
+    dispatcher([2, 3]).tick()  # shards beyond the count serve nothing
+    assert sent == []
+    dispatcher([0]).tick()  # parts 0 and 2
+    dispatcher([1]).tick()  # parts 1 and 3
+    assert sorted(sent) == sorted([(0, f"http://{hosts[0]}/"), (0, f"http://{hosts[2]}/"),
+                                   (1, f"http://{hosts[1]}/"), (1, f"http://{hosts[3]}/")])
+    # A part's new host wakes the shard serving the part, not the one of the part's number.
+    other = next(h for h in _hosts_of(3, 2) if h != hosts[3])
+    r.delete(*(keys.wake(s) for s in range(SHARDS)))
+    Frontier(r).admit(job_id, [Entry(f"http://{other}/")], 2)
+    assert [r.llen(keys.wake(s)) for s in range(SHARDS)] == [0, 1, 0, 0]
+    # Back up to its part count: each part is its own shard's again.
+    jobs.set_shards(r, job_id, SHARDS)
+    sent.clear()
+    dispatcher([3]).tick()
+    assert sent == [(3, f"http://{other}/")]
 
 
 def test_a_down_shards_part_is_dispatched_by_the_shard_standing_in_for_it(r: redis.Redis) -> None:
@@ -382,6 +422,39 @@ def test_a_split_crawl_stores_every_reachable_page_once(redis_url: str, r: redis
     assert not r.exists(keys.host_admitted(job_id))
     assert job_id not in jobs.active(r)
     # No script touched another part's keys, no task or dispatcher tick failed.
+    errors = [line for n in ("w0", "w1") for line in (tmp_path / f"{n}.log").read_text().splitlines()
+              if "raised unexpected" in line or "tick failed" in line or "Traceback" in line]
+    assert not errors, errors[:5]
+
+
+def test_a_split_crawl_whose_shard_count_goes_down_mid_crawl_finishes_whole(
+        redis_url: str, r: redis.Redis, make_web, workers: Workers, tmp_path: Path) -> None:
+    web: TestWeb = make_web(8, 30)
+    want = web.reachable_urls()
+    store_url = f"sqlite:///{tmp_path / 'crawl.db'}"
+    workers.start("w0", "shard-0,shard-1,shared")
+    workers.start("w1", "shard-2,shard-3")
+    job_id = jobs.submit(r, Settings.from_env(shards=SHARDS, frontier_split=True, delay=0.05, per_host=1,
+                                              store=store_url), web.seeds())
+    deadline = time.monotonic() + 60
+    while jobs.status(r, job_id)["counters"].get("stored", 0) < len(want) // 4:
+        assert time.monotonic() < deadline, jobs.status(r, job_id)
+        time.sleep(0.05)
+    # The operator takes shards 2 and 3 away: their parts go to shards 0 and 1, and what was
+    # queued for them or in their workers' hands when they stopped comes back there.
+    jobs.set_shards(r, job_id, 2)
+    workers.stop("w1")
+    mid = jobs.status(r, job_id)
+    st = wait_done(r, job_id, timeout=120)
+    assert mid["status"] == "running" and mid["counters"]["stored"] < len(want), mid
+    assert st["status"] == "done", st
+    rows = [p["url"] for p in open_store(store_url).pages(job_id)]
+    assert len(rows) == len(set(rows)), "duplicate rows"
+    assert set(rows) == want
+    # Every part still has its hosts: nothing moved between parts.
+    hosts = {h.host for h in Frontier(r).host_stats(job_id)}
+    for h in hosts:
+        assert r.hexists(keys.host_admitted(Frontier(r).space_of_host(job_id, h)), h)
     errors = [line for n in ("w0", "w1") for line in (tmp_path / f"{n}.log").read_text().splitlines()
               if "raised unexpected" in line or "tick failed" in line or "Traceback" in line]
     assert not errors, errors[:5]

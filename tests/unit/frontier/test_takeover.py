@@ -42,7 +42,9 @@ def test_standby_queue_is_a_live_shard() -> None:
     assert standby(1, 2, frozenset({1})) == 0
     assert standby(1, 4, frozenset({1, 2})) == 3
     assert standby(0, 3, frozenset()) == 0
-    assert standby(5, 3, frozenset({0})) == 1  # beyond the count: the first live one
+    assert standby(5, 3, frozenset({0})) == 2  # beyond the count: its place modulo the count
+    assert standby(6, 3, frozenset({0})) == 1  # or the next live one after it
+    assert [standby(p, 2) for p in range(6)] == [0, 1, 0, 1, 0, 1]  # parts spread over the shards left
     assert standby(1, 2, frozenset({0, 1})) == 1  # nowhere better
 
 
