@@ -80,10 +80,11 @@ def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | Non
     # A split frontier's parts (``keys.frontier_part``) each keep a copy of the job's status,
     # written before the job's record that names them: starting, so none is found idle (and the
     # job done) before the seeds are admitted.
-    parts = split_parts(redis, pipe, job_id, settings, meta, STARTING)
     if settings.periodic:
         meta.update(cycle=1, cycle_started_at=now, cycle_due_at=now,
                     next_cycle_at=next_cycle(settings.every, settings.cron, now, now))
+    parts = split_parts(redis, pipe, job_id, settings, meta, STARTING)
+    if settings.periodic:
         pipe.hset(keys.cycle(job_id, 1), "started_at", now)
         pipe.sadd(keys.PERIODIC, job_id)
     pipe.hset(keys.meta(job_id), mapping=meta)
@@ -401,8 +402,10 @@ def split_parts(redis: Redis, pipe: Any, job_id: str, settings: Settings, meta: 
         return []
     names = place_parts(redis, job_id, settings.shards)
     parts = [keys.frontier_part(job_id, name) for name in names]
+    # A periodic job's parts know its cycle: an end found for one cycle ends no other (``end_if_done``).
+    cycle: dict[FieldT, EncodableT] = {"cycle": meta["cycle"]} if "cycle" in meta else {}
     for part in parts:
-        pipe.hset(keys.meta(part), mapping={"status": status or meta["status"], keys.PART_FIELD: job_id})
+        pipe.hset(keys.meta(part), mapping={"status": status or meta["status"], keys.PART_FIELD: job_id, **cycle})
     meta[keys.PARTS_FIELD] = ",".join(names)
     return parts
 

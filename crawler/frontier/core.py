@@ -243,12 +243,13 @@ def _flat(leases: Iterable[Lease]) -> list[str]:
 T = TypeVar("T")
 
 # The job's own tag: a split job is ended there once every part is idle (``Frontier.end_if_done``).
-# A split job's record, then each part's: running -> ARGV[1] (the job's own: 'waiting' for a
-# periodic job, its cycle's end recorded under the key prefix ARGV[3]). Returns the status
-# written, or 0 if it was not running.
+# A split job's record, then each part's: running in cycle ARGV[4] ('' for a one-off job) ->
+# ARGV[1] (the job's own: 'waiting' for a periodic job, its cycle's end recorded under the key
+# prefix ARGV[3]). Returns the status written, or 0 if it was not running in that cycle: an end
+# found for one cycle never ends the next, nor parks a part of it.
 _END_SPLIT = """
-if redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
 local status, cycle = ARGV[1], redis.call('HGET', KEYS[1], 'cycle')
+if redis.call('HGET', KEYS[1], 'status') ~= 'running' or (cycle or '') ~= ARGV[4] then return 0 end
 if cycle and ARGV[3] ~= '' then
   status = 'waiting'
   redis.call('HSET', ARGV[3] .. 'cyc:' .. cycle, 'finished_at', ARGV[2])
@@ -381,28 +382,29 @@ class Frontier:
                 pipe.hmget(keys.counters(space), _END_FIELDS)
                 pipe.zcard(keys.pending_links(space))
                 pipe.hget(keys.meta(space), "status")
-            pipe.hget(keys.meta(job), "status")
+            pipe.hmget(keys.meta(job), ["status", "cycle"])
             return list(pipe.execute())
 
         first = collect()
         statuses = [text(st or b"") for st in first[2:-1:3]]
-        if text(first[-1] or b"") == "running" and "starting" in statuses:
+        status, cycle = (text(v or b"") for v in first[-1])
+        if status == "running" and "starting" in statuses:
             # Its seeds on their way: not idle. Started here if its submitter died before it.
             created = float(self.redis.hget(keys.meta(job), "created_at") or 0)
             if (time.time() if now is None else now) - created > STARTING_GRACE:
                 self.start_parts(job, len(spaces))
             return False
-        if text(first[-1] or b"") != "running" or any(int(r[0] or 0) > 0 for r in first[0:-1:3]) \
+        if status != "running" or any(int(r[0] or 0) > 0 for r in first[0:-1:3]) \
                 or any(first[1:-1:3]) or any(st != "running" for st in statuses):
             return False
         if collect() != first:
             return False
         now = time.time() if now is None else now
-        ended = self._end_split(keys=[keys.meta(job)], args=["done", now, keys.prefix(job)])
+        ended = self._end_split(keys=[keys.meta(job)], args=["done", now, keys.prefix(job), cycle])
         if not ended:
             return False
         for space in spaces:
-            self._end_split(keys=[keys.meta(space)], args=[text(ended), now, ""])
+            self._end_split(keys=[keys.meta(space)], args=[text(ended), now, "", cycle])
         pipe = self.redis.pipeline(transaction=False)
         unlink_all(pipe, keys.session_all(job))
         _take_off_active(pipe, job)
@@ -1153,8 +1155,8 @@ class Frontier:
         """Restart the count the job's page budget (``max_pages``) is checked against."""
         for space in self.spaces(job):
             self.redis.hset(keys.counters(space), "admitted", 0)
-        if self.split(job):  # what the parts were allotted of it (``_ALLOT``)
-            self.redis.hset(keys.counters(job), "allotted", 0)
+        if self.split(job):  # what the parts were allotted of it (``_ALLOT``), and a rebuild's count
+            self.redis.hset(keys.counters(job), mapping={"allotted": 0, "admitted": 0})
 
     def reset_seen(self, job: str) -> None:
         """Forget which URLs the job has seen and how many each host had admitted (a periodic
@@ -1165,10 +1167,12 @@ class Frontier:
     def pause(self, job: str) -> str:
         """Running or waiting -> paused. Returns the status the job had ('' if none)."""
         now = time.time()
-        was = self._call(self._pause, job, now)
-        for space in self.spaces(job) if self.split(job) else []:  # the job's own first: it is what is shown
+        was = text(self._call(self._pause, job, now) or b"")
+        # The job's own first: it is what is shown. Its parts only if it took: a job starting a
+        # cycle is not paused, and its parts, perhaps running already, must run with it.
+        for space in self.spaces(job) if self.split(job) and was in ("running", "waiting", "paused") else []:
             self._call(self._pause, job, now, space=space)
-        return was.decode() if was else ""
+        return was
 
     def resume(self, job: str, shards: int) -> str:
         """Paused -> what it was, its ``shards`` woken. Returns the status the job had."""
@@ -1190,7 +1194,7 @@ class Frontier:
             # Its parts wait with it; they run once the cycle's work is queued (``run_cycle``).
             pipe = self.redis.pipeline(transaction=False)
             for space in self.spaces(job):
-                pipe.hset(keys.meta(space), "status", "starting")
+                pipe.hset(keys.meta(space), mapping={"status": "starting", "cycle": int(got[0])})
             pipe.execute()
         return int(got[0]), bool(int(got[1]))
 

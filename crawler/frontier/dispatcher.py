@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
+from redis.crc import key_slot
 
 from crawler.frontier import liveshards, takeover
 from crawler.frontier.core import Dispatched, Frontier, Readiness, merged_batches, new_token
@@ -53,6 +54,7 @@ RUN_WAIT = 0.5
 UNRECORDED_GRACE = 60.0
 REFILL_CLAIM = 30.0  # seconds a sent refill task holds the job's claim at most
 MOVES_EVERY = 2.0  # seconds between looks at whether a Redis Cluster is moving slots
+MOVES_SAY_EVERY = 60.0  # seconds between warnings while a job is held for a slot moving
 
 
 def share_out(free: int, demand: dict[int, int]) -> dict[int, int]:
@@ -96,7 +98,8 @@ class Dispatcher:
         self._unrecorded: dict[str, float] = {}  # listed jobs with no record -> since when
         self._last_check = 0.0
         self._moves_checked = -MOVES_EVERY
-        self._moving: list[int] = []  # slots the cluster was moving, as last looked
+        self._moving: frozenset[int] = frozenset()  # slots the cluster was moving, as last looked
+        self._moves_said = 0.0
         self._runs_checked = -RUNS_EVERY
         self._runs = False  # whether every worker takes runs, as last looked
         # Whether the last tick left more than one request in flight (or held a batch back):
@@ -131,18 +134,29 @@ class Dispatcher:
                     joblog.log_event(self.redis, job_id, "shard_up", f"shard {s} is live again", level="WARNING")
         self.live = change.live if change is not None else liveshards.read(self.redis)
 
-    def _slots_moving(self, now: float) -> bool:
-        if now - self._moves_checked >= MOVES_EVERY:
-            self._moves_checked = now
-            moving = open_migrations(self.redis)
-            if moving and not self._moving:
-                log.warning("the Redis Cluster is moving %d slot(s) (%s): dispatching held until it is done; "
-                            "stop the workers while slots move (docs/capacity.md)", len(moving),
-                            ", ".join(map(str, moving[:5])))
-            elif self._moving and not moving:
-                log.warning("the Redis Cluster's slots have moved: dispatching again")
-            self._moving = moving
-        return bool(self._moving)
+    def _look_at_moves(self, now: float) -> None:
+        if now - self._moves_checked < MOVES_EVERY:
+            return
+        self._moves_checked = now
+        moving = frozenset(open_migrations(self.redis))
+        if self._moving and not moving:
+            log.warning("the Redis Cluster's slots have moved: dispatching again")
+        self._moving = moving
+
+    def _held_for_moves(self, job_id: str, now: float) -> bool:
+        """Whether a slot of the job's frontier (its own tag's, a part's) is moving: no script
+        of this dispatcher's runs for it meanwhile, since one that meets a key of a moving slot
+        stops half-way (``open_migrations``). Tasks in flight end as they may."""
+        if not self._moving:
+            return False
+        slots = {key_slot(keys.meta(space).encode()) for space in {job_id, *self.frontier.spaces(job_id)}}
+        held = sorted(slots & self._moving)
+        if held and now - self._moves_said >= MOVES_SAY_EVERY:
+            self._moves_said = now
+            log.warning("job %s: the Redis Cluster is moving slot(s) %s of its frontier: its dispatching held until "
+                        "they have moved; stop the workers while slots move (docs/capacity.md)", job_id,
+                        ", ".join(map(str, held)))
+        return bool(held)
 
     def tick(self, now: float | None = None) -> float:
         """Dispatch everything due now; return how long to wait before the next tick."""
@@ -150,10 +164,8 @@ class Dispatcher:
         if now - self._last_check >= REAP_EVERY:
             self._last_check = now
             self._check_live(now)
-        if self.frontier.cluster and self._slots_moving(now):
-            # No script of this dispatcher's while slots move: one that meets a key of a moving
-            # slot stops half-way (``open_migrations``). Tasks in flight end as they may.
-            return MOVES_EVERY
+        if self.frontier.cluster:
+            self._look_at_moves(now)
         active = self.frontier.active_jobs()
         if not active:
             return IDLE_SLEEP  # sleep on the wake lists: the next job or cycle pushes a wake
@@ -177,6 +189,9 @@ class Dispatcher:
                 self._drop_unrecorded(job_id, now)
                 continue
             self._unrecorded.pop(job_id, None)
+            if self._held_for_moves(job_id, now):
+                wake_at = min(wake_at, now + MOVES_EVERY)
+                continue
             s = job.settings
             split = self.frontier.split(job_id)
             if now - self._last_reap.get(job_id, 0.0) >= REAP_EVERY:

@@ -228,7 +228,9 @@ class RedisCluster:
         self._ask(source, "CLUSTER", "SETSLOT", str(slot), "MIGRATING", ids[to_port])
         while batch := cast(list[str], self._ask(source, "CLUSTER", "GETKEYSINSLOT", str(slot), "100")):
             self._ask(source, "MIGRATE", "127.0.0.1", str(to_port), "", "0", "5000", "KEYS", *batch)
-        for port in self.master_ports():
+        # The new owner first, then the old, as redis-cli does: the other way round, clients
+        # bounce between the two for a moment, and the slot has no owner should the new one die.
+        for port in dict.fromkeys([to_port, source, *self.master_ports()]):
             self._ask(port, "CLUSTER", "SETSLOT", str(slot), "NODE", ids[to_port])
 
     def slot_of(self, key: str) -> int:

@@ -184,7 +184,10 @@ def open_migrations(client: Redis) -> list[int]:
     moving: set[int] = set()
     for node in cluster.get_primaries():  # type: ignore[no-untyped-call]  # untyped in redis-py
         # Parsed by redis-py, a node each; a migration is known to its own two nodes only.
-        view = cluster.get_redis_connection(node).execute_command("CLUSTER NODES")  # type: ignore[no-untyped-call]
+        try:
+            view = cluster.get_redis_connection(node).execute_command("CLUSTER NODES")  # type: ignore[no-untyped-call]
+        except (RedisConnectionError, RedisTimeoutError):
+            continue  # a master lost (its replica takes over): the cluster's own commands find out
         for info in view.values():
             if "myself" in str(info.get("flags", "")).split(","):
                 moving.update(int(m["slot"]) for m in info.get("migrations", []))

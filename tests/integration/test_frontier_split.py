@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 import redis
@@ -19,6 +20,7 @@ import redis
 from crawler import control, jobs
 from crawler.config.settings import Settings
 from crawler.control import periodic as cycles
+from crawler.control.rebuild import recover
 from crawler.errors import ConfigError
 from crawler.frontier import Entry, Fetched, Frontier, liveshards
 from crawler.frontier.dispatcher import Dispatcher
@@ -26,8 +28,8 @@ from crawler.frontier.sharding import shard_of_host
 from crawler.local.redis_cluster import RedisCluster
 from crawler.local.redis_server import RedisServer
 from crawler.state import conn, jobconf, keys
-from crawler.state.conn import connect
-from crawler.store import open_store
+from crawler.state.conn import connect, open_migrations
+from crawler.store import PageRecord, open_store
 from crawler.testweb import TestWeb
 from tests.conftest import Workers, wait_done
 from tests.integration.test_cycles import wait_status
@@ -578,16 +580,19 @@ def test_a_master_added_mid_crawl_takes_slots_with_the_jobs_state_and_the_crawl_
             c.close()
 
 
-def test_dispatchers_hold_while_the_cluster_moves_a_slot(cluster: RedisCluster,
-                                                         caplog: pytest.LogCaptureFixture) -> None:
+def test_dispatchers_hold_a_job_while_the_cluster_moves_a_slot_of_it(cluster: RedisCluster,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
     client = connect(cluster.url)
-    job_id = jobs.submit(client, Settings.from_env(shards=SHARDS, frontier_split=True, obey_robots=False),
+    moving = jobs.submit(client, Settings.from_env(shards=SHARDS, frontier_split=True, obey_robots=False),
                          [f"http://{h}/" for h in _hosts_per_shard().values()])
-    sent: list[str] = []
-    d = Dispatcher(client, list(range(SHARDS)), lambda job, shard, token, entries: sent.extend(entries),
-                   lambda *a: None)
-    slot = cluster.slot_of(keys.meta(Frontier(client).spaces(job_id)[0]))
-    source = cluster.master_for_key(keys.meta(Frontier(client).spaces(job_id)[0]))
+    other = jobs.submit(client, Settings.from_env(shards=SHARDS, frontier_split=True, obey_robots=False),
+                        ["http://other.example/"])
+    sent: list[tuple[str, str]] = []
+    d = Dispatcher(client, list(range(SHARDS)), lambda job, shard, token, entries: sent.extend(
+        (job, Entry.decode(e).url) for e in entries), lambda *a: None)
+    key = keys.meta(Frontier(client).spaces(moving)[0])
+    slot, source = cluster.slot_of(key), cluster.master_for_key(key)
+    assert slot not in {cluster.slot_of(keys.meta(s)) for s in [other, *Frontier(client).spaces(other)]}
     target = next(p for p in cluster.master_ports() if p != source)
     ids = {n.port: n.id for n in cluster.nodes()}
     nodes = cluster.node_clients()
@@ -595,10 +600,126 @@ def test_dispatchers_hold_while_the_cluster_moves_a_slot(cluster: RedisCluster,
     nodes[source].execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target])
     with caplog.at_level("WARNING"):
         d.tick()
-    assert not sent and "moving 1 slot(s)" in caplog.text
+    assert sent == [(other, "http://other.example/")], sent  # the other job goes on
+    assert f"job {moving}: the Redis Cluster is moving slot(s) {slot}" in caplog.text
     for port in (source, target):  # the move called off
         nodes[port].execute_command("CLUSTER", "SETSLOT", slot, "STABLE")
     for c in nodes.values():
         c.close()
     d.tick(time.time() + 3)
-    assert len(sent) == SHARDS, sent
+    assert len([u for job, u in sent if job == moving]) == SHARDS, sent
+
+
+def _periodic_split(r: redis.Redis) -> tuple[str, Frontier]:
+    """A periodic split job whose first cycle is over, its next due now."""
+    job_id = jobs.submit(r, Settings.from_env(shards=SHARDS, frontier_split=True, every=60.0, obey_robots=False),
+                         [f"http://{h}/" for h in _hosts_per_shard().values()])
+    f = Frontier(r)
+    for space in f.spaces(job_id):  # its first cycle's work gone
+        for key in r.scan_iter(keys.prefix(space) + "*"):
+            if key != keys.meta(space).encode():
+                r.delete(key)
+    for space in [job_id, *f.spaces(job_id)]:
+        r.hset(keys.meta(space), "status", "waiting")
+    r.hset(keys.meta(job_id), "next_cycle_at", 0)
+    return job_id, f
+
+
+def _next_cycle_with_work(r: redis.Redis, job_id: str) -> int:
+    """A cycle claimed and started as the beat does, with a URL queued in part 1."""
+    f = Frontier(r)
+    got = f.claim_cycle(job_id, time.time(), time.time() - 1, 300)
+    assert got is not None and got[1], got
+    assert f.admit(job_id, [Entry(f"http://{_hosts_per_shard()[1]}/new{got[0]}")], SHARDS)
+    f.run_cycle(job_id, SHARDS)
+    return got[0]
+
+
+def _dispatchable(r: redis.Redis, job_id: str) -> list[tuple[str, str]]:
+    return _dispatch_all(Frontier(r), job_id)
+
+
+def test_a_pause_while_a_cycle_starts_leaves_no_part_paused_under_a_running_job(r: redis.Redis) -> None:
+    # Found by review: the job's own record, still starting, was not paused, and its parts,
+    # started already, were: the job then ran with every part paused, and never ended.
+    job_id, f = _periodic_split(r)
+    assert f.claim_cycle(job_id, time.time(), time.time() + 60, 300) == (2, True)
+    assert f.admit(job_id, [Entry(f"http://{_hosts_per_shard()[1]}/again")], SHARDS)  # the cycle's work
+    f.start_parts(job_id, SHARDS)
+    assert jobs.pause(r, job_id) == "starting"  # not paused: a cycle's start is not
+    assert f._call(f._run_cycle, job_id, time.time(), SHARDS)
+    assert jobs.raw_status(r, job_id) == "running" and _statuses(r, job_id) == {"running"}
+
+
+def test_an_end_found_for_one_cycle_parks_no_part_of_the_next(r: redis.Redis) -> None:
+    # Found by review: the job's end written, the next cycle started before its parts' ends
+    # were: those then parked the new cycle's parts, whose URLs were never dispatched.
+    job_id, f = _periodic_split(r)
+    _next_cycle_with_work(r, job_id)
+    _dispatch_all(f, job_id)
+    for space in f.spaces(job_id):
+        r.hset(keys.counters(space), "open", 0)  # cycle 2's work all stored
+    real = f._end_split
+    started: list[int] = []
+
+    def late(keys: list[str], args: list[Any]) -> Any:
+        out = real(keys=keys, args=args)
+        if not started:
+            started.append(_next_cycle_with_work(r, job_id))
+        return out
+
+    f._end_split = late  # type: ignore[assignment]
+    assert f.end_if_done(job_id)
+    assert started == [3]
+    assert jobs.raw_status(r, job_id) == "running" and _statuses(r, job_id) == {"running"}
+    assert _dispatchable(r, job_id) == [(f"http://{_hosts_per_shard()[1]}/new3", ANY)]
+
+
+def test_an_end_found_for_one_cycle_does_not_end_the_next(r: redis.Redis) -> None:
+    # Found by review: a caller that found cycle 2 idle wrote its end after another had ended
+    # it and cycle 3 had started with work queued: cycle 3 ended with its URL open.
+    job_id, f = _periodic_split(r)
+    _next_cycle_with_work(r, job_id)
+    _dispatch_all(f, job_id)
+    for space in f.spaces(job_id):
+        r.hset(keys.counters(space), "open", 0)
+    real = f._end_split
+    started: list[int] = []
+
+    def stale(keys: list[str], args: list[Any]) -> Any:
+        if not started:
+            assert Frontier(r).end_if_done(job_id)
+            started.append(_next_cycle_with_work(r, job_id))
+        return real(keys=keys, args=args)
+
+    f._end_split = stale  # type: ignore[assignment]
+    assert not f.end_if_done(job_id)
+    assert started == [3] and jobs.raw_status(r, job_id) == "running"
+    assert r.hget(keys.cycle(job_id, 3), "finished_at") is None and r.hget(keys.cycle(job_id, 2), "finished_at")
+
+
+def test_a_recovered_periodic_split_job_counts_each_cycles_admissions_afresh(r: redis.Redis, tmp_path: Path) -> None:
+    # Found by review: recover counts the stored pages as admitted under the job's own tag,
+    # which a new cycle's reset of the parts' counts left standing.
+    store_url = f"sqlite:///{tmp_path / 'c.db'}"
+    seeds = [f"http://{h}/" for h in _hosts_per_shard().values()]
+    job_id = jobs.submit(r, Settings.from_env(store=store_url, every=600.0, obey_robots=False, shards=SHARDS,
+                                              frontier_split=True, max_pages=len(seeds) + 2), seeds)
+    now = time.time()
+    store = open_store(store_url)
+    store.put([PageRecord(url=u, job_id=job_id, fetch_id="f", status=200, cycle=1, fetched_at=now - 5,
+                          next_visit=now - 1) for u in seeds])
+    r.flushdb()
+    jobs.forget(job_id)
+    assert recover(r, store, job_id, now=now).status == "waiting"
+    assert cycles.start_cycle(r, job_id, open_store, now + 601) == 2
+    assert Frontier(r).counters(job_id, ("admitted",))["admitted"] == len(seeds)
+
+
+def test_looking_for_slots_moving_gets_past_a_master_lost(cluster: RedisCluster) -> None:
+    # Found by review: the look asked every master the client knew, on a connection of its own,
+    # and a dead one failed every dispatcher tick until the client's map changed.
+    client = connect(cluster.url)
+    assert open_migrations(client) == []
+    cluster.kill(cluster.master_ports()[0])
+    assert open_migrations(client) == []
