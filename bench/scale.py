@@ -468,8 +468,9 @@ def main() -> None:
     ap.add_argument("--queue-cap", type=int, default=None, help="host_queue_cap (default: the crawler's)")
     ap.add_argument("--autothrottle", action="store_true", help="adaptive per-host delays, as the crawler's default")
     ap.add_argument("--shards", type=int, default=1)
-    ap.add_argument("--frontier-split", action="store_true",
-                    help="the job's frontier in a part per shard (frontier_split), spread over a cluster's masters")
+    ap.add_argument("--frontier-split", action=argparse.BooleanOptionalAction, default=None,
+                    help="the job's frontier in a part per shard (frontier_split), spread over a cluster's masters "
+                         "(default: the crawler's, on for --cluster)")
     ap.add_argument("--max-minutes", type=float, default=60.0)
     ap.add_argument("--cluster", action="store_true",
                     help="the state on a private Redis Cluster (3 masters, a replica each), the queues apart")

@@ -64,10 +64,10 @@ def job_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-host", metavar="N", help="requests in flight per host (default 1)")
     p.add_argument("--concurrency", metavar="N", help="requests in flight in total")
     p.add_argument("--shards", metavar="N", help="number of shards")
-    p.add_argument("--frontier-split", action="store_true", default=None,
+    p.add_argument("--frontier-split", action=argparse.BooleanOptionalAction, default=None,
                    help="split the job's frontier into one part per shard, each under a Redis hash tag of its own, "
                         "so a Redis Cluster spreads one job over its masters (its shard count may then go down, "
-                        "not above its parts)")
+                        "not above its parts); default: on for a Redis Cluster")
     p.add_argument("--host-queue-cap", metavar="N",
                    help="URLs one host's queue holds in Redis at most; the rest wait in the store (0: no cap)")
     p.add_argument("--allow-domain", action="append", dest="allow_domains", metavar="DOMAIN",

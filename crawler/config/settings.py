@@ -49,7 +49,7 @@ class Settings:
     sentinel_master: str = _s("mymaster", "With redis_url `sentinel://host:port;sentinel://host:port/0` (a Redis under Sentinel, for broker and state alike): the name of the master the sentinels watch; a sentinel broker_url may name its own (`#name`)")
     broker_url: str = _s("", "Celery broker of the task queues, if not redis_url: a redis:// or sentinel:// URL (`#name` after a sentinel one: its master's name), or several separated by commas, shard N's queue on the (N mod count)-th")
     shards: int = _s(4, "Number of shards (queues shard-0 .. shard-N-1)", job=True)
-    frontier_split: bool = _s(False, "Split the job's frontier (host queues, leases, host records, the exact seen set, counters) into one part per shard, each under a Redis hash tag of its own, so on a Redis Cluster one job's frontier spreads over the masters; job-wide figures are the parts' summed, the job's max_pages is allotted to the parts as they admit, and concurrency is shared out among them. A split job's shard count may go down, and back up to its part count (nothing moves between parts; each part is served by a shard left), and while a shard is down its part stays where it is, dispatched to the shard standing in for it", job=True)
+    frontier_split: bool = _s(False, "Split the job's frontier (host queues, leases, host records, the exact seen set, counters) into one part per shard, each under a Redis hash tag of its own, so on a Redis Cluster one job's frontier spreads over the masters; job-wide figures are the parts' summed, the job's max_pages is allotted to the parts as they admit, and concurrency is shared out among them. A split job's shard count may go down, and back up to its part count (nothing moves between parts; each part is served by a shard left), and while a shard is down its part stays where it is, dispatched to the shard standing in for it. Default: on when redis_url is a Redis Cluster (redis+cluster://), off on one Redis", job=True)
     max_pages: int = _s(0, "Stop admitting URLs after this many (0: no limit)", job=True)
     max_depth: int = _s(0, "Follow links at most this many hops from a seed (0: no limit)", job=True)
     delay: float = _s(0.0, "Seconds between the end of one request to a host and the start of the next", job=True)
@@ -177,6 +177,10 @@ class Settings:
             if raw is not None and f.name not in given:
                 values[f.name] = _parse(f, raw)
         values.update(given)
+        if "frontier_split" not in values and str(values.get("redis_url") or "").startswith("redis+cluster://"):
+            # On a Redis Cluster a job's frontier spreads over the masters unless told not to:
+            # under one tag one master carries all of it, whatever the cluster's size.
+            values["frontier_split"] = True
         return cls(**values).validated()
 
     def validated(self) -> Settings:

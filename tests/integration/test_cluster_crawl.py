@@ -74,16 +74,20 @@ def _task_errors(tmp_path: Path) -> list[str]:
             if "raised unexpected" in line or "dispatcher tick failed" in line or "redis unavailable" in line]
 
 
+@pytest.mark.parametrize("split", [None, False], ids=["split-by-default", "one-tag"])
 def test_a_crawl_with_its_state_on_a_redis_cluster(cluster: RedisCluster, broker: RedisServer, make_web,
-                                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+                                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   split: bool | None) -> None:
     web: TestWeb = make_web(4, 50)
     want = web.reachable_urls()
     store_url = f"sqlite:///{tmp_path / 'crawl.db'}"
     w, client = _start(cluster, broker, tmp_path, monkeypatch)
     assert is_cluster_client(client)
     try:
-        job_id = jobs.submit(client, Settings.from_env(shards=4, per_host=2, concurrency=16, store=store_url),
-                             web.seeds())
+        job_id = jobs.submit(client, Settings.from_env(shards=4, per_host=2, concurrency=16, store=store_url,
+                                                       frontier_split=split), web.seeds())
+        # On a cluster a job's frontier is split by shard unless told not to (--no-frontier-split).
+        assert Frontier(client).split(job_id) == (0 if split is False else 4)
         st = wait_done(client, job_id, timeout=120)
         assert st["status"] == "done", st
         assert st["counters"]["stored"] == len(want), st  # type: ignore[index]

@@ -158,3 +158,14 @@ def test_seeds_are_checked_without_side_effects() -> None:
     assert len(str(exc.value)) < 200
     with pytest.raises(BadURL, match="no seeds"):
         canonical_seeds([], 2048)
+
+
+def test_a_job_on_a_redis_cluster_splits_its_frontier_unless_told_not_to() -> None:
+    cluster = {"CRAWLER_REDIS_URL": "redis+cluster://127.0.0.1:7000", "CRAWLER_BROKER_URL": "redis://127.0.0.1:6380/0"}
+    assert Settings.from_env(cluster).frontier_split
+    assert not Settings.from_env({**cluster, "CRAWLER_FRONTIER_SPLIT": "0"}).frontier_split
+    assert not Settings.from_env(cluster, frontier_split=False).frontier_split
+    assert not Settings.from_env({}).frontier_split  # one Redis
+    assert not Settings.from_env({"CRAWLER_REDIS_URL": "redis://127.0.0.1:6379/0"}).frontier_split
+    assert Settings.from_env({}, redis_url=cluster["CRAWLER_REDIS_URL"], broker_url="redis://127.0.0.1:6380/0",
+                             ).frontier_split
