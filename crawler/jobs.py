@@ -29,6 +29,7 @@ from crawler.state import jobconf as jobcache
 from crawler.state import joblog, keys, store_errors
 from crawler.state.conn import all_or_nothing, is_cluster_client, is_pipeline, replicated_write, text, unlink_all
 from crawler.state.jobconf import Job
+from crawler.state.placement import spread
 from crawler.store import JobDefinition, open_store
 from crawler.urls import canonicalize, domain_of
 
@@ -84,6 +85,7 @@ def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | Non
         meta.update(cycle=1, cycle_started_at=now, cycle_due_at=now,
                     next_cycle_at=next_cycle(settings.every, settings.cron, now, now))
     parts = split_parts(redis, pipe, job_id, settings, meta, STARTING)
+    place_bands(redis, job_id, settings, meta, len(parts))
     if settings.periodic:
         pipe.hset(keys.cycle(job_id, 1), "started_at", now)
         pipe.sadd(keys.PERIODIC, job_id)
@@ -410,6 +412,18 @@ def split_parts(redis: Redis, pipe: Any, job_id: str, settings: Settings, meta: 
     return parts
 
 
+def place_bands(redis: Redis, job_id: str, settings: Settings, meta: dict[FieldT, EncodableT],
+                after: int = 0) -> None:
+    """On a Redis Cluster, the names of the job's near-duplicate band tags, in ``meta``: on the
+    masters in turn, continuing from ``after`` tags placed before them (a split frontier's
+    parts), so the index's lookups and keys spread by design (``placement.spread``)."""
+    if not (is_cluster_client(redis) and settings.near_duplicates):
+        return
+    bands = [str(b) for b in range(settings.near_duplicate_distance + 1)]
+    names = spread(redis, keys.meta(job_id), lambda tag: keys.neardup_band_mark(job_id, tag), bands, first=1 + after)
+    meta[keys.BAND_TAGS_FIELD] = ",".join(names)
+
+
 def write_meta(redis: Redis, job_id: str, meta: dict[FieldT, EncodableT],
                cycle: tuple[int, Mapping[FieldT, EncodableT]] | None = None, settings: Settings | None = None) -> None:
     """Set a job's record (a rebuild by ``crawler recover``), and one cycle's record with it;
@@ -418,7 +432,7 @@ def write_meta(redis: Redis, job_id: str, meta: dict[FieldT, EncodableT],
         redis.hset(keys.cycle(job_id, cycle[0]), mapping=cycle[1])
     if settings is not None:
         pipe = redis.pipeline(transaction=False)
-        split_parts(redis, pipe, job_id, settings, meta)
+        place_bands(redis, job_id, settings, meta, len(split_parts(redis, pipe, job_id, settings, meta)))
         pipe.execute()
     # Rebuilt from nothing: its filter and index are new, in today's layout.
     redis.hset(keys.meta(job_id), mapping={**meta, keys.LAYOUT_FIELD: keys.LAYOUT})

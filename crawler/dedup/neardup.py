@@ -18,6 +18,7 @@ size; a page is compared with the last third to two thirds of the budget's pages
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ return n
 """
 Split = tuple[str, int, int, list[tuple[int, int]]]  # (url, hi, lo, (bucket, low bits) per band)
 
+TAGS_MAX_AGE = 5.0  # seconds a process trusts what it read of a job's band tags
 _DEFAULT_BUDGET: int = Settings.__dataclass_fields__["near_duplicate_budget"].default  # type: ignore[assignment]
 
 
@@ -73,6 +75,22 @@ class NearDuplicates:
         self._reset = redis.register_script(_RESET)
         self.cluster = is_cluster_client(redis)
         self._layouts: LRU[str, str | None] = LRU(256)
+        # job -> (when read, its bands' tag names); read again after TAGS_MAX_AGE: a rebuild
+        # (``crawler recover``) onto other masters may name them anew.
+        self._tags: LRU[str, tuple[float, tuple[str, ...]]] = LRU(256)
+
+    def band_tag(self, job: str, band: int) -> str:
+        """The name of band ``band``'s tag (``keys.neardup_band_prefix``): as the job's record
+        placed it on a Redis Cluster (``jobs.place_bands``), else the band's number."""
+        if not self.cluster:
+            return str(band)  # one Redis: placed nowhere
+        hit = self._tags.get(job)
+        now = time.monotonic()
+        if hit is None or now - hit[0] >= TAGS_MAX_AGE:
+            raw = self.redis.hget(keys.meta(job), keys.BAND_TAGS_FIELD)
+            hit = (now, tuple(text(raw).split(",")) if raw else ())
+            self._tags.put(job, hit)
+        return hit[1][band] if band < len(hit[1]) else str(band)
 
     def layout(self, job: str) -> str | None:
         """The job's layout (``bloom.layout``: None for an index under the job's tag); asked once
@@ -105,7 +123,8 @@ class NearDuplicates:
         counter = [keys.simhash_seq(job, legacy), keys.simhash_mark(job, legacy)]
         split = [_split(url, h, n) for url, h in pages]
         if not (self.cluster and apart):  # one script: one slot holds it all, or one Redis does
-            band_prefixes = [keys.neardup_band_prefix(job, b) if apart else records for b in range(n)]
+            band_prefixes = [keys.neardup_band_prefix(job, self.band_tag(job, b)) if apart else records
+                             for b in range(n)]
             # An unbounded index from before the bands had tags keeps only numbers in them.
             width = 12 if apart or budget else 4
             args: list[str | int] = [*head, records, width, *band_prefixes]
@@ -126,10 +145,10 @@ class NearDuplicates:
         next_number = int(self.redis.get(counter[0]) or 0) + 1
         calls = []
         for b in range(n):
-            args: list[str | int] = [*head, keys.neardup_band_prefix(job, b), b, next_number]
+            args: list[str | int] = [*head, keys.neardup_band_prefix(job, self.band_tag(job, b)), b, next_number]
             for _, hi, lo, parts in split:
                 args += [hi, lo, *parts[b]]
-            calls.append(([keys.neardup_band_mark(job, b)], args))
+            calls.append(([keys.neardup_band_mark(job, self.band_tag(job, b))], args))
         candidates: list[set[int]] = [set() for _ in split]
         for band in self._at_once(self._lookup, calls):
             for found, got in zip(candidates, band, strict=True):
@@ -156,10 +175,11 @@ class NearDuplicates:
         """Add the originals, numbered after ``epoch`` resets of the index, to every band."""
         calls = []
         for b in range(n):
-            args: list[str | int] = [*head, keys.neardup_band_prefix(job, b), b, epoch]
+            tag = self.band_tag(job, b)
+            args: list[str | int] = [*head, keys.neardup_band_prefix(job, tag), b, epoch]
             for number, (_, hi, lo, parts) in originals:
                 args += [number, hi, lo, *parts[b]]
-            calls.append(([keys.neardup_band_mark(job, b), keys.neardup_band_epoch(job, b)], args))
+            calls.append(([keys.neardup_band_mark(job, tag), keys.neardup_band_epoch(job, tag)], args))
         self._at_once(self._add, calls)
 
     def _at_once(self, script: Script, calls: list[tuple[list[str], list[str | int]]]) -> list[Any]:

@@ -13,9 +13,9 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
-from redis import Redis, RedisCluster
+from redis import Redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 from redis.typing import EncodableT, FieldT
@@ -27,6 +27,7 @@ from crawler.frontier.sharding import shard_of_host, shard_of_url, standby
 from crawler.lru import LRU
 from crawler.state import jobconf, keys
 from crawler.state.conn import is_cluster_client, mget, queue_script, replicated_write, text, unlink_all
+from crawler.state.placement import spread
 from crawler.urls import host_key
 
 Lease = tuple[str, str]  # (url, token)
@@ -277,27 +278,11 @@ _END_FIELDS = ["open", "admitted", "depth_requeued", "link_batches"]
 
 def place_parts(client: Redis, job: str, shards: int) -> list[str]:
     """Names for the parts of a job's split frontier (``keys.frontier_part``): ``s<shard>`` each;
-    on a Redis Cluster, ``s<shard>.<n>`` with the first n that puts the parts on the masters in
-    turn, from the one after the master of the job's own tag, so a job's shards spread over the
-    masters by design rather than by where their names happen to hash. Chosen at submission (the
-    masters then), kept in the job's record for its life."""
-    if not is_cluster_client(client):
-        return [f"s{p}" for p in range(shards)]
-    cluster = cast(RedisCluster, client)
-
-    def master(job_or_part: str) -> str:
-        return str(cluster.get_node_from_key(keys.meta(job_or_part)).name)  # type: ignore[no-untyped-call]
-
-    masters = sorted(str(node.name) for node in cluster.get_primaries())  # type: ignore[no-untyped-call]
-    start = masters.index(master(job)) + 1 if master(job) in masters else 0
-    names = []
-    for p in range(shards):
-        want = masters[(start + p) % len(masters)]
-        # A name's slot is a hash of it: about one in (masters) lands on each master.
-        name = next((n for n in (f"s{p}", *(f"s{p}.{i}" for i in range(1, 1000)))
-                     if master(keys.frontier_part(job, n)) == want), f"s{p}")
-        names.append(name)
-    return names
+    on a Redis Cluster, ``s<shard>.<n>`` so the parts fall on the masters in turn, from the one
+    after the master of the job's own tag (``placement.spread``): a job's shards spread over the
+    masters by design rather than by where their names happen to hash."""
+    return spread(client, keys.meta(job), lambda name: keys.meta(keys.frontier_part(job, name)),
+                  [f"s{p}" for p in range(shards)])
 
 
 class Frontier:
@@ -436,6 +421,12 @@ class Frontier:
         if wrapped and script in self._starts:
             self.redis.sadd(keys.JOBS, job)  # again: another's end of the job may have taken it off
         return result
+
+    def _ready_sets(self, job: str, shards: int) -> int:
+        """How many ready sets (``ready:0`` ..) a script looking for a host should search: a
+        split frontier's part keeps its hosts in the one of its number, whatever the job's shard
+        count has become since (``sharding.standby``)."""
+        return self.split(job) or shards
 
     def _serving(self, job: str, parts: Iterable[int]) -> set[int]:
         """The shards whose dispatchers serve a split job's ``parts`` now (``standby``: while a
@@ -1012,7 +1003,7 @@ class Frontier:
         if override.delay is not None:
             self.retime(job, {host: override.delay}, shards)
         if override.per_host is not None:
-            self._call(self._unpark, job, time.time(), shards, host, space=space)
+            self._call(self._unpark, job, time.time(), self._ready_sets(job, shards), host, space=space)
         self.wake(shards)
 
     def clear_host_override(self, job: str, host: str, shards: int) -> bool:
@@ -1022,7 +1013,7 @@ class Frontier:
         pipe.hdel(keys.host_overrides(space), host)
         pipe.hdel(keys.host_delays(space), host)
         gone, _ = pipe.execute()
-        self._call(self._unpark, job, time.time(), shards, host, space=space)
+        self._call(self._unpark, job, time.time(), self._ready_sets(job, shards), host, space=space)
         self.wake(shards)
         return bool(gone)
 
@@ -1035,7 +1026,7 @@ class Frontier:
         for space, at in self._by_space(job, items, lambda it: it[0]).items():
             for i in range(0, len(at), 500):
                 flat = [x for host, d in (items[j] for j in at[i:i + 500]) for x in (host, d)]
-                moved += int(self._call(self._retime, job, now, shards, *flat, space=space))
+                moved += int(self._call(self._retime, job, now, self._ready_sets(job, shards), *flat, space=space))
         return moved
 
     def rebase_delays(self, job: str, old: float, new: float) -> list[str]:

@@ -50,6 +50,9 @@ BANDS_APART = "3"  # the first layout whose near-duplicate bands have tags of th
 # separated: absent, the frontier's records are under the job's own tag, as they always were.
 PARTS_FIELD = "fparts"
 PART_FIELD = "part"  # set in the meta copy of each part, so its scripts know the job is split
+# In a job's record on a Redis Cluster: the names of its near-duplicate index's band tags, by band
+# (comma-separated, ``neardup_band_prefix``'s ``band``), chosen to fall on the masters in turn.
+BAND_TAGS_FIELD = "ndtags"
 
 
 def frontier_part(job: str, part: int | str) -> str:
