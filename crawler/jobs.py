@@ -157,6 +157,7 @@ def status(redis: Redis, job_id: str) -> dict[str, Any]:
         raise JobNotFound(f"no such job: {job_id}")
     out: dict[str, Any] = {k.decode(): v.decode() for k, v in meta.items()}
     out.pop(keys.LAYOUT_FIELD, None)  # how its keys are laid out: nothing an operator acts on
+    out.pop(keys.BAND_TAGS_FIELD, None)  # where its index's bands are placed: likewise
     if out.pop(keys.PARTS_FIELD, None):
         cnt = Frontier(redis).counters(job_id)  # the job's own and its frontier's parts', summed
     if "settings" in out:  # a job submitted before passwords were stripped may still hold one

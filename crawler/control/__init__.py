@@ -42,7 +42,7 @@ from crawler.state import joblog, keys, nodes
 
 # What the command line's polls use to wait out a failover.
 from crawler.state.conn import OUTAGE_GRACE as OUTAGE_GRACE
-from crawler.state.conn import check_version, connect
+from crawler.state.conn import check_version, connect, is_cluster_client
 from crawler.state.conn import through_outage as through_outage
 from crawler.store import PageStore, open_store
 from crawler.store.base import StoreRefused
@@ -118,6 +118,10 @@ def submit(r: Redis, values: Mapping[str, Any], seeds: list[str], by: str = "") 
     """Submit a job (settings by name, as text or typed); returns its id and warnings for the
     submitter. Its store must be given and usable from here, as workers will need it."""
     given = typed_settings(values)
+    if "frontier_split" not in given and "CRAWLER_FRONTIER_SPLIT" not in os.environ:
+        # The default follows the Redis the job goes to (``crawler web --redis-url``), not
+        # whichever URL this process's environment names.
+        given["frontier_split"] = is_cluster_client(r)
     settings = Settings.from_env(**{k: v for k, v in given.items() if k != "spider_paths"})
     # Where spider code may come from is this process's own setting, never a submitter's.
     if "spider_paths" in given and given["spider_paths"] != settings.spider_paths:

@@ -19,6 +19,7 @@ import redis
 
 from crawler import control, jobs
 from crawler.config.settings import Settings
+from crawler.dedup.neardup import NearDuplicates
 from crawler.frontier.core import FINAL, Frontier
 from crawler.frontier.dispatcher import Dispatcher
 from crawler.local.redis_cluster import RedisCluster
@@ -109,7 +110,8 @@ def test_a_crawl_with_its_state_on_a_redis_cluster(cluster: RedisCluster, broker
     slots = {name.split("}")[0] + "}" for name in found}
     assert {keys.prefix(job_id)[:-1], keys.role_prefix(job_id, keys.BLOOM)[:-1],
             keys.role_prefix(job_id, keys.NEARDUP)[:-1],
-            *(keys.neardup_band_prefix(job_id, b)[:-1] for b in range(4))} <= slots, slots
+            *(keys.neardup_band_prefix(job_id, NearDuplicates(client).band_tag(job_id, b))[:-1]
+              for b in range(4))} <= slots, slots
     # Link batches on their way to dedup were waited on until the replica had them.
     home = cluster.master_for_key(keys.meta(job_id))
     assert _waits(cluster, home) > 0

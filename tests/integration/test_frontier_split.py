@@ -763,3 +763,44 @@ def test_an_operators_per_host_limit_unparks_the_hosts_of_parts_beyond_the_shard
     parked = {p: (r.zscore(keys.ready(keys.frontier_part(job_id, p), p), h) or 0) >= lua.PARKED
               for p, h in hosts.items()}
     assert not any(parked.values()), parked
+
+
+def test_a_job_submitted_through_the_api_to_a_cluster_is_split_and_its_placement_stays_inside(
+        cluster: RedisCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Found by review: `crawler web --redis-url redis+cluster://...` submitted jobs under one tag
+    # (the default followed this process's CRAWLER_REDIS_URL, not the Redis the job went to),
+    # and a job's status showed where its bands were placed.
+    from starlette.testclient import TestClient
+
+    from crawler.web.app import create_app
+
+    with RedisServer() as broker:
+        monkeypatch.setenv("CRAWLER_BROKER_URL", broker.url)
+        monkeypatch.delenv("CRAWLER_REDIS_URL", raising=False)
+        monkeypatch.delenv("CRAWLER_FRONTIER_SPLIT", raising=False)
+        client = connect(cluster.url)
+        with TestClient(create_app(client), base_url="http://127.0.0.1") as web:
+            got = web.post("/api/jobs", json={"seeds": ["http://a.example/"],
+                                              "settings": {"shards": 4, "store": f"sqlite:///{tmp_path / 'w.db'}"}})
+            assert got.status_code == 201, got.text
+            job = got.json()["id"]
+            st = web.get(f"/api/jobs/{job}").json()
+    assert Frontier(client).split(job) == 4
+    assert not {keys.BAND_TAGS_FIELD, keys.PARTS_FIELD, keys.LAYOUT_FIELD} & set(st), st
+
+
+def test_a_periodic_reset_and_a_purge_reach_the_placed_bands(cluster: RedisCluster, tmp_path: Path) -> None:
+    client = connect(cluster.url)
+    job = jobs.submit(client, Settings.from_env(redis_url=cluster.url, broker_url="redis://127.0.0.1:9/0", shards=4,
+                                                store=f"sqlite:///{tmp_path / 'c.db'}"), ["http://a.example/"])
+    nd = NearDuplicates(client)
+    tags = [nd.band_tag(job, b) for b in range(4)]
+    assert any("." in t for t in tags), tags  # placed: not all where their plain names hash
+    assert nd.find_or_add(job, [("http://a/1", 0x1234567890ABCDEF)], 3) == [None]
+    assert nd.find_or_add(job, [("http://a/2", 0x1234567890ABCDEE)], 3) == ["http://a/1"]
+    assert [k for t in tags for k in client.scan_iter(keys.neardup_band_prefix(job, t) + "*")]
+    nd.reset(job)
+    assert not [k for t in tags for k in client.scan_iter(keys.neardup_band_prefix(job, t) + "*")]
+    assert nd.find_or_add(job, [("http://a/3", 0x1234567890ABCDEF)], 3) == [None]
+    jobs.purge(client, job)
+    assert not list(client.scan_iter(keys.job_pattern(job)))
