@@ -22,7 +22,7 @@ And used memory is regressed (least squares) on the URLs queued in Redis and the
 each sample, which counts whatever else grows with the crawl. A run with ``--queue-cap 0`` shows
 what uncapped queues cost.
 
-``--cluster`` puts the crawl's state on a private Redis Cluster of 3 masters with a replica each
+``--cluster`` puts the crawl's state on a private Redis Cluster of 3 masters (``--masters``) with a replica each
 and its task queues on a private Redis of their own (a cluster cannot be Celery's broker), and
 runs the same workers against both. Each master is sampled too (used memory, CPU seconds, keys,
 commands served), and the result says each one's Redis CPU ms and commands per page and its
@@ -409,7 +409,7 @@ def run_crawl(args: argparse.Namespace, spec: ScaleSpec,
     with ExitStack() as stack:
         cluster: RedisCluster | None = None
         if args.cluster:
-            cluster = stack.enter_context(RedisCluster(masters=3, replicas=1))
+            cluster = stack.enter_context(RedisCluster(masters=args.masters, replicas=1))
             broker = stack.enter_context(RedisServer())
             print(f"redis cluster: masters {cluster.master_ports()}, broker {broker.port}", flush=True)
             # jobs.submit in this process publishes to the broker the workers read, not to the cluster.
@@ -472,8 +472,9 @@ def main() -> None:
                     help="the job's frontier in a part per shard (frontier_split), spread over a cluster's masters "
                          "(default: the crawler's, on for --cluster)")
     ap.add_argument("--max-minutes", type=float, default=60.0)
+    ap.add_argument("--masters", type=int, default=3, help="--cluster's masters (a replica each)")
     ap.add_argument("--cluster", action="store_true",
-                    help="the state on a private Redis Cluster (3 masters, a replica each), the queues apart")
+                    help="the state on a private Redis Cluster (--masters, a replica each), the queues apart")
     args = ap.parse_args()
 
     probe = ScaleSpec(args.hosts, args.big_hosts, args.big_pages, args.pages)
