@@ -470,7 +470,7 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--frontier-split", action=argparse.BooleanOptionalAction, default=None,
                     help="the job's frontier in a part per shard (frontier_split), spread over a cluster's masters "
-                         "(default: the crawler's, on for --cluster)")
+                         "(default: the crawler's, on for --cluster with --shards above 1)")
     ap.add_argument("--max-minutes", type=float, default=60.0)
     ap.add_argument("--masters", type=int, default=3, help="--cluster's masters (a replica each)")
     ap.add_argument("--cluster", action="store_true",

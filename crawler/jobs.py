@@ -78,12 +78,12 @@ def submit(redis: Redis, settings: Settings, seeds: list[str], job_id: str | Non
                                       "settings": json.dumps(job_settings), "seeds": json.dumps(canon),
                                       keys.LAYOUT_FIELD: keys.LAYOUT}
     pipe = all_or_nothing(redis)
+    if settings.periodic:  # before the parts are written: they copy the cycle
+        meta.update(cycle=1, cycle_started_at=now, cycle_due_at=now,
+                    next_cycle_at=next_cycle(settings.every, settings.cron, now, now))
     # A split frontier's parts (``keys.frontier_part``) each keep a copy of the job's status,
     # written before the job's record that names them: starting, so none is found idle (and the
     # job done) before the seeds are admitted.
-    if settings.periodic:
-        meta.update(cycle=1, cycle_started_at=now, cycle_due_at=now,
-                    next_cycle_at=next_cycle(settings.every, settings.cron, now, now))
     parts = split_parts(redis, pipe, job_id, settings, meta, STARTING)
     place_bands(redis, job_id, settings, meta, len(parts))
     if settings.periodic:
@@ -235,7 +235,7 @@ def pause(redis: Redis, job_id: str, by: str = "") -> str:
     """Dispatch nothing more (and start no cycle) until ``resume``; in-flight pages finish and
     are stored. Returns the status the job had."""
     was = Frontier(redis).pause(job_id)
-    if was and was != PAUSED:
+    if was in (RUNNING, WAITING):  # a job starting a cycle, or ended, is not paused
         joblog.log_event(redis, job_id, "paused", f"nothing more is dispatched until resumed (it was {was})", by=by)
     return was
 

@@ -99,7 +99,7 @@ class Dispatcher:
         self._last_check = 0.0
         self._moves_checked = -MOVES_EVERY
         self._moving: frozenset[int] = frozenset()  # slots the cluster was moving, as last looked
-        self._moves_said = 0.0
+        self._moves_said: dict[str, float] = {}  # job -> when its hold was last told
         self._runs_checked = -RUNS_EVERY
         self._runs = False  # whether every worker takes runs, as last looked
         # Whether the last tick left more than one request in flight (or held a batch back):
@@ -141,6 +141,7 @@ class Dispatcher:
         moving = frozenset(open_migrations(self.redis))
         if self._moving and not moving:
             log.warning("the Redis Cluster's slots have moved: dispatching again")
+            self._moves_said.clear()
         self._moving = moving
 
     def _held_for_moves(self, job_id: str, now: float) -> bool:
@@ -151,8 +152,8 @@ class Dispatcher:
             return False
         slots = {key_slot(keys.meta(space).encode()) for space in {job_id, *self.frontier.spaces(job_id)}}
         held = sorted(slots & self._moving)
-        if held and now - self._moves_said >= MOVES_SAY_EVERY:
-            self._moves_said = now
+        if held and now - self._moves_said.get(job_id, -MOVES_SAY_EVERY) >= MOVES_SAY_EVERY:
+            self._moves_said[job_id] = now
             log.warning("job %s: the Redis Cluster is moving slot(s) %s of its frontier: its dispatching held until "
                         "they have moved; stop the workers while slots move (docs/capacity.md)", job_id,
                         ", ".join(map(str, held)))
@@ -164,11 +165,11 @@ class Dispatcher:
         if now - self._last_check >= REAP_EVERY:
             self._last_check = now
             self._check_live(now)
-        if self.frontier.cluster:
-            self._look_at_moves(now)
         active = self.frontier.active_jobs()
         if not active:
-            return IDLE_SLEEP  # sleep on the wake lists: the next job or cycle pushes a wake
+            return IDLE_SLEEP
+        if self.frontier.cluster:
+            self._look_at_moves(now)  # sleep on the wake lists: the next job or cycle pushes a wake
         if now - self._runs_checked >= RUNS_EVERY:
             self._runs_checked = now
             self._runs = nodes.take_runs(self.redis, now)

@@ -193,6 +193,8 @@ def drain_if_changed(redis: Redis, job_id: str, shards: int, now: float,
     meta = redis.hmget(keys.meta(job_id), ["shards_changed_at", "shards_before"])
     if now - float(meta[0] or 0) <= GRACE or now - live.changed_at <= GRACE:
         return Moved(0, 0, 0, drain_queues(redis, shards, max(shards, int(meta[1] or 0)), down))
+    if down:  # messages come back to a down shard's queue long after (a visibility timeout)
+        return Moved(0, 0, 0, drain_queues(redis, shards, shards, down))
     return None
 
 

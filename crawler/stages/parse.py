@@ -43,10 +43,9 @@ def parse_stage(ctx: Context, job: Job, token: str, pages: list[FetchedPage],
                 links_as: str = "") -> tuple[list[FetchedPage], dict[int, list[LinkGroup]]]:
     """Parse HTML pages; return the pages annotated for the store, and the links to follow
     grouped by the shard that owns their domain (of a split frontier, by its part), then by the
-    page they came from. Link batches
-    are registered with the frontier (``expect``) before the caller sends them, so the job
-    cannot end before them. ``links_as``: a suffix for the link batches' tokens (``RENDERED``
-    for pages parsed apart from the rest of their fetch)."""
+    page they came from. Link batches are registered with the frontier (``expect``) before the
+    caller sends them, so the job cannot end before them. ``links_as``: a suffix for the link
+    batches' tokens (``RENDERED`` for pages parsed apart from the rest of their fetch)."""
     s = job.settings
     # The pages are this task's now: their leases run from here, not from the end of the fetch.
     ctx.frontier.renew(job.id, [(p.url, token) for p in pages], s.lease_timeout,

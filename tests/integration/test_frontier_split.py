@@ -804,3 +804,19 @@ def test_a_periodic_reset_and_a_purge_reach_the_placed_bands(cluster: RedisClust
     assert nd.find_or_add(job, [("http://a/3", 0x1234567890ABCDEF)], 3) == [None]
     jobs.purge(client, job)
     assert not list(client.scan_iter(keys.job_pattern(job)))
+
+
+def test_a_down_shards_queue_is_swept_for_a_split_job_after_the_change_has_settled(r: redis.Redis) -> None:
+    # Found by review: a split job drained the queues of shards down only while the change
+    # settled; a message coming back to one later (a visibility timeout) waited there.
+    from crawler.frontier.rebalance import GRACE, drain_if_changed
+
+    job_id = jobs.submit(r, Settings.from_env(shards=SHARDS, frontier_split=True, obey_robots=False),
+                         ["http://a.example/"])
+    now = time.time()
+    assert liveshards.compare_and_set(r, liveshards.read(r), {3: now}, now=now, after=3)
+    r.lpush("shard-3", "late")
+    later = now + GRACE + 1
+    moved = drain_if_changed(r, job_id, SHARDS, later, liveshards.read(r))
+    assert moved is not None and moved.messages == 1 and r.lrange("shard-0", 0, -1) == [b"late"]
+    assert drain_if_changed(r, job_id, SHARDS, later, liveshards.LiveSet()) is None  # nothing down, nothing to do

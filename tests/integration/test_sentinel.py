@@ -17,7 +17,10 @@ import redis
 
 from crawler import jobs
 from crawler.config.settings import Settings
+from crawler.frontier import Frontier
+from crawler.local.redis_cluster import RedisCluster
 from crawler.local.redis_server import RedisServer, find_redis_server, free_port
+from crawler.state import conn, keys
 from crawler.state.conn import connect
 from crawler.store import open_store
 from crawler.testweb import TestWeb
@@ -208,6 +211,49 @@ def test_a_crawl_survives_the_loss_of_its_brokers_master(sentinels: SentinelGrou
     finally:
         w.stop()
         state.stop()
+
+
+def test_a_crawl_on_a_cluster_survives_a_state_master_then_its_brokers_master_killed(
+        sentinels: SentinelGroup, make_web, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The state on a Redis Cluster (the job's frontier split over its masters, the default
+    there) and the broker under Sentinel: the master holding a part of the frontier is killed
+    with SIGKILL mid-crawl, then, once its replica serves, the broker's master. Both replicas
+    are promoted and the crawl ends by itself with every page stored once."""
+    web: TestWeb = make_web(4, 120)
+    want = web.reachable_urls()
+    broker_url = f"{sentinels.url}#{MASTER}"
+    store_url = f"sqlite:///{tmp_path / 'crawl.db'}"
+    conn._no_replica_until.clear()  # an earlier test's master on a port used again
+    with RedisCluster(root=tmp_path / "cluster") as cluster:
+        monkeypatch.setenv("CRAWLER_REDIS_URL", cluster.url)
+        monkeypatch.setenv("CRAWLER_BROKER_URL", broker_url)
+        w = Workers(cluster.url, tmp_path)
+        client = connect(cluster.url)
+        try:
+            for name, queues in (("w0", "shard-0,shard-1,shared"), ("w1", "shard-2,shard-3,shared")):
+                w.start(name, queues, env={**FAST_RECOVERY, "CRAWLER_BROKER_URL": broker_url})
+            job_id = jobs.submit(client, Settings.from_env(shards=4, per_host=1, delay=0.05, concurrency=16,
+                                                           store=store_url), web.seeds())
+            assert Frontier(client).split(job_id) == 4
+
+            def stored_at_least(n: int) -> None:
+                deadline = time.monotonic() + 90
+                while jobs.status(client, job_id)["counters"].get("stored", 0) < n:
+                    assert time.monotonic() < deadline, jobs.status(client, job_id)
+                    time.sleep(0.05)
+
+            stored_at_least(len(want) // 4)
+            home = cluster.master_for_key(keys.meta(Frontier(client).spaces(job_id)[0]))
+            cluster.kill(home)
+            cluster.wait_failover(home)
+            stored_at_least(len(want) // 2)
+            sentinels.kill_master()
+            st = _wait_done_across_failover(client, job_id, timeout=180)
+            assert st["status"] == "done", st
+            assert sentinels.master_port() == sentinels.ports["replica"]
+            _assert_complete_once(w, store_url, job_id, want)
+        finally:
+            w.stop()
 
 
 def _crawl_a_third(w: Workers, client: redis.Redis, env: dict[str, str], web: TestWeb, store_url: str) -> str:
