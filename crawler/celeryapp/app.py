@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from celery import Celery
 
-from crawler.celeryapp import signals
+from crawler.celeryapp import kombu_compat, signals
 from crawler.celeryapp.config import brokers, environment, sentinel_options
 from crawler.config.settings import Settings
 from crawler.state.conn import CONNECT_TIMEOUT, HEALTH_CHECK_INTERVAL, SOCKET_TIMEOUT
 
 
 def make_app(settings: Settings | None = None) -> Celery:
+    kombu_compat.install()
     settings = settings or Settings.from_env()
     # The first broker; a worker of shard queues on another one switches to it as it starts
     # (crawler.celeryapp.signals.choose_broker), before it connects.

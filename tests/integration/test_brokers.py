@@ -119,3 +119,23 @@ def test_messages_of_a_shard_that_went_away_move_to_its_standbys_broker(servers:
     monkeypatch.delenv("CRAWLER_BROKER_URL")
     state.lpush("shard-5", "m4")
     assert queues.move_all(state, "shard-5", "shard-0") == 1 and state.lrange("shard-0", 0, -1) == [b"m4"]
+
+
+def test_a_channel_closed_after_its_broker_connection_was_released_keeps_the_worker_and_its_message(
+        redis_url: str, r: redis.Redis) -> None:
+    # Found by the cluster + Sentinel chaos test: a worker exited ("Unrecoverable error:
+    # AttributeError ... 'hostname'") when its broker's master was killed while it held a message.
+    from kombu import Connection, Exchange, Queue
+
+    from crawler.celeryapp import kombu_compat
+
+    kombu_compat.install()
+    with Connection(redis_url) as conn:
+        channel = conn.default_channel
+        queue = Queue("compat-q", Exchange("compat-q", type="direct"), routing_key="compat-q", channel=channel)
+        queue.declare()
+        conn.Producer(channel).publish({"n": 1}, exchange="compat-q", routing_key="compat-q")
+        assert queue.get(no_ack=False) is not None
+        conn.transport.client = None  # as Connection.collect leaves it once the broker is gone
+        conn.maybe_close_channel(channel)  # raised AttributeError, which ended the worker
+    assert r.hlen("unacked") == 1  # still the broker's, restored after the visibility timeout
