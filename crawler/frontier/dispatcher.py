@@ -167,9 +167,9 @@ class Dispatcher:
             self._check_live(now)
         active = self.frontier.active_jobs()
         if not active:
-            return IDLE_SLEEP
+            return IDLE_SLEEP  # sleep on the wake lists: the next job or cycle pushes a wake
         if self.frontier.cluster:
-            self._look_at_moves(now)  # sleep on the wake lists: the next job or cycle pushes a wake
+            self._look_at_moves(now)
         if now - self._runs_checked >= RUNS_EVERY:
             self._runs_checked = now
             self._runs = nodes.take_runs(self.redis, now)

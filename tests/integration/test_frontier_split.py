@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from unittest.mock import ANY
@@ -37,6 +38,43 @@ from tests.integration.test_cycles import wait_status
 
 JOB = "split-t"
 SHARDS = 4
+
+
+def _assert_stored_once(store_url: str, job_id: str, want: set[str]) -> None:
+    rows = [p["url"] for p in open_store(store_url).pages(job_id)]
+    assert len(rows) == len(set(rows)), "duplicate rows"
+    assert set(rows) == want
+
+
+def _failed(log_dir: Path, workers: Sequence[str] = ("w0", "w1")) -> list[str]:
+    """Lines of the workers' logs saying a task or a dispatcher tick failed (a script that
+    touched another part's or slot's keys fails so)."""
+    return [line for n in workers for line in (log_dir / f"{n}.log").read_text().splitlines()
+            if "raised unexpected" in line or "tick failed" in line or "Traceback" in line]
+
+
+def _wait_stored(client: redis.Redis, job_id: str, n: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while jobs.status(client, job_id)["counters"].get("stored", 0) < n:
+        assert time.monotonic() < deadline, jobs.status(client, job_id)
+        time.sleep(0.05)
+
+
+@contextmanager
+def _on_cluster(cluster: RedisCluster, log_dir: Path,
+                monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Workers, redis.Redis]]:
+    """Two workers of six shards with the crawl's state on ``cluster`` and their queues on a
+    Redis of their own, and a client of the cluster; the workers stopped after."""
+    with RedisServer() as broker:
+        for name, value in {"CRAWLER_REDIS_URL": cluster.url, "CRAWLER_BROKER_URL": broker.url}.items():
+            monkeypatch.setenv(name, value)
+        w = Workers(cluster.url, log_dir)
+        w.start("w0", "shard-0,shard-1,shard-2,shared")
+        w.start("w1", "shard-3,shard-4,shard-5,shared")
+        try:
+            yield w, connect(cluster.url)
+        finally:
+            w.stop()
 
 
 def _hosts_per_shard(shards: int = SHARDS) -> dict[int, str]:
@@ -413,9 +451,7 @@ def test_a_split_crawl_stores_every_reachable_page_once(redis_url: str, r: redis
                                               max_pages=len(want) + 40, store=store_url), web.seeds())
     st = wait_done(r, job_id, timeout=120)
     assert st["status"] == "done", st
-    rows = [p["url"] for p in open_store(store_url).pages(job_id)]
-    assert len(rows) == len(set(rows)), "duplicate rows"
-    assert set(rows) == want
+    _assert_stored_once(store_url, job_id, want)
     c = st["counters"]
     assert c["stored"] == len(want) and c["open"] == 0 and c["inflight"] == 0, c  # type: ignore[index]
     # Every shard's part holds its hosts' records; the job's own tag none.
@@ -425,8 +461,7 @@ def test_a_split_crawl_stores_every_reachable_page_once(redis_url: str, r: redis
     assert not r.exists(keys.host_admitted(job_id))
     assert job_id not in jobs.active(r)
     # No script touched another part's keys, no task or dispatcher tick failed.
-    errors = [line for n in ("w0", "w1") for line in (tmp_path / f"{n}.log").read_text().splitlines()
-              if "raised unexpected" in line or "tick failed" in line or "Traceback" in line]
+    errors = _failed(tmp_path)
     assert not errors, errors[:5]
 
 
@@ -439,10 +474,7 @@ def test_a_split_crawl_whose_shard_count_goes_down_mid_crawl_finishes_whole(
     workers.start("w1", "shard-2,shard-3")
     job_id = jobs.submit(r, Settings.from_env(shards=SHARDS, frontier_split=True, delay=0.05, per_host=1,
                                               store=store_url), web.seeds())
-    deadline = time.monotonic() + 60
-    while jobs.status(r, job_id)["counters"].get("stored", 0) < len(want) // 4:
-        assert time.monotonic() < deadline, jobs.status(r, job_id)
-        time.sleep(0.05)
+    _wait_stored(r, job_id, len(want) // 4)
     # The operator takes shards 2 and 3 away: their parts go to shards 0 and 1, and what was
     # queued for them or in their workers' hands when they stopped comes back there.
     jobs.set_shards(r, job_id, 2)
@@ -451,15 +483,12 @@ def test_a_split_crawl_whose_shard_count_goes_down_mid_crawl_finishes_whole(
     st = wait_done(r, job_id, timeout=120)
     assert mid["status"] == "running" and mid["counters"]["stored"] < len(want), mid
     assert st["status"] == "done", st
-    rows = [p["url"] for p in open_store(store_url).pages(job_id)]
-    assert len(rows) == len(set(rows)), "duplicate rows"
-    assert set(rows) == want
+    _assert_stored_once(store_url, job_id, want)
     # Every part still has its hosts: nothing moved between parts.
     hosts = {h.host for h in Frontier(r).host_stats(job_id)}
     for h in hosts:
         assert r.hexists(keys.host_admitted(Frontier(r).space_of_host(job_id, h)), h)
-    errors = [line for n in ("w0", "w1") for line in (tmp_path / f"{n}.log").read_text().splitlines()
-              if "raised unexpected" in line or "tick failed" in line or "Traceback" in line]
+    errors = _failed(tmp_path)
     assert not errors, errors[:5]
 
 
@@ -488,28 +517,16 @@ def test_a_split_crawl_on_a_cluster_spreads_its_keys_and_commands_over_the_maste
     web: TestWeb = make_web(16, 25)  # enough hosts that each shard's part has some
     want = web.reachable_urls()
     store_url = f"sqlite:///{tmp_path / 'crawl.db'}"
-    with RedisServer() as broker:
-        for name, value in {"CRAWLER_REDIS_URL": cluster.url, "CRAWLER_BROKER_URL": broker.url}.items():
-            monkeypatch.setenv(name, value)
-        w = Workers(cluster.url, tmp_path)
-        w.start("w0", "shard-0,shard-1,shard-2,shared")
-        w.start("w1", "shard-3,shard-4,shard-5,shared")
-        client = connect(cluster.url)
-        try:
-            before = _node_figures(cluster, "-")
-            # The defaults on a cluster: the frontier split, the near-duplicate index, Bloom
-            # filter and bodies on tags of their own.
-            job_id = jobs.submit(client, Settings.from_env(shards=4, store=store_url), web.seeds())
-            st = wait_done(client, job_id, timeout=150)
-            after = _node_figures(cluster, job_id)
-        finally:
-            w.stop()
+    with _on_cluster(cluster, tmp_path, monkeypatch) as (_, client):
+        before = _node_figures(cluster, "-")
+        # The defaults on a cluster: the frontier split, the near-duplicate index, Bloom
+        # filter and bodies on tags of their own.
+        job_id = jobs.submit(client, Settings.from_env(shards=4, store=store_url), web.seeds())
+        st = wait_done(client, job_id, timeout=150)
+        after = _node_figures(cluster, job_id)
     assert st["status"] == "done", st
-    rows = [p["url"] for p in open_store(store_url).pages(job_id)]
-    assert len(rows) == len(set(rows)), "duplicate rows"
-    assert set(rows) == want
-    errors = [line for n in ("w0", "w1") for line in (tmp_path / f"{n}.log").read_text().splitlines()
-              if "raised unexpected" in line or "tick failed" in line or "Traceback" in line]
+    _assert_stored_once(store_url, job_id, want)
+    errors = _failed(tmp_path)
     assert not errors, errors[:5]
     # The parts, then the near-duplicate index's four bands, were placed on the masters in turn
     # from the one after the job's own tag's: 4 + 4 tags on 3 masters, 3, 3 and 2.
@@ -535,40 +552,25 @@ def test_a_master_added_mid_crawl_takes_slots_with_the_jobs_state_and_the_crawl_
     web: TestWeb = make_web(16, 30)
     want = web.reachable_urls()
     store_url = f"sqlite:///{tmp_path / 'crawl.db'}"
-    with RedisServer() as broker:
-        for name, value in {"CRAWLER_REDIS_URL": cluster.url, "CRAWLER_BROKER_URL": broker.url}.items():
-            monkeypatch.setenv(name, value)
-        w = Workers(cluster.url, tmp_path)
-        w.start("w0", "shard-0,shard-1,shard-2,shared")
-        w.start("w1", "shard-3,shard-4,shard-5,shared")
-        client = connect(cluster.url)
-        try:
-            job_id = jobs.submit(client, Settings.from_env(shards=6, frontier_split=True, delay=0.1, per_host=1,
-                                                           store=store_url), web.seeds())
-            deadline = time.monotonic() + 60
-            while jobs.status(client, job_id)["counters"].get("stored", 0) < len(want) // 4:
-                assert time.monotonic() < deadline, jobs.status(client, job_id)
-                time.sleep(0.1)
-            w.stop()
-            added = cluster.add_master()
-            cluster.rebalance()
-            f = Frontier(client)
-            # Whichever slots the rebalance chose, the job's own record and a part's go too.
-            for key in (keys.meta(job_id), keys.meta(f.spaces(job_id)[0])):
-                cluster.move_slot(cluster.slot_of(key), added)
-            mid = jobs.status(client, job_id)
-            w.start("w2", "shard-0,shard-1,shard-2,shared")
-            w.start("w3", "shard-3,shard-4,shard-5,shared")
-            st = wait_done(client, job_id, timeout=150)
-        finally:
-            w.stop()
+    with _on_cluster(cluster, tmp_path, monkeypatch) as (w, client):
+        job_id = jobs.submit(client, Settings.from_env(shards=6, frontier_split=True, delay=0.1, per_host=1,
+                                                       store=store_url), web.seeds())
+        _wait_stored(client, job_id, len(want) // 4)
+        w.stop()
+        added = cluster.add_master()
+        cluster.rebalance()
+        f = Frontier(client)
+        # Whichever slots the rebalance chose, the job's own record and a part's go too.
+        for key in (keys.meta(job_id), keys.meta(f.spaces(job_id)[0])):
+            cluster.move_slot(cluster.slot_of(key), added)
+        mid = jobs.status(client, job_id)
+        w.start("w2", "shard-0,shard-1,shard-2,shared")
+        w.start("w3", "shard-3,shard-4,shard-5,shared")
+        st = wait_done(client, job_id, timeout=150)
     assert mid["status"] == "running" and mid["counters"]["stored"] < len(want), mid
     assert st["status"] == "done", st
-    rows = [p["url"] for p in open_store(store_url).pages(job_id)]
-    assert len(rows) == len(set(rows)), "duplicate rows"
-    assert set(rows) == want
-    errors = [line for n in ("w0", "w1", "w2", "w3") for line in (tmp_path / f"{n}.log").read_text().splitlines()
-              if "raised unexpected" in line or "tick failed" in line or "Traceback" in line]
+    _assert_stored_once(store_url, job_id, want)
+    errors = _failed(tmp_path, ("w0", "w1", "w2", "w3"))
     assert not errors, errors[:5]
     assert added in cluster.master_ports() and len(cluster.master_ports()) == 4
     assert cluster.master_for_key(keys.meta(job_id)) == added
